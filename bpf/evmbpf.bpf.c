@@ -1,0 +1,720 @@
+// SPDX-License-Identifier: GPL-2.0
+/* evmbpf: module calls of a CPython + PyTorch process, seen through slot_tp_call.
+ *
+ * slot_tp_call(self, args, kwargs) is the C function every call of an instance of a
+ * class with a Python __call__ goes through; torch.nn.Module is such a class. The entry
+ * probe keeps the calls whose self is a Module, describes args and kwargs as the
+ * reference tracer's _describe would, and remembers the stack pointer; the return probe
+ * pairs the return with it and describes the output (or notes NULL: an exception).
+ * Everything is read here, synchronously, while the target thread is stopped. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "evmbpf.h"
+#include "pyoffsets.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+const volatile struct py_offsets pyo = {};
+const volatile struct target_config cfg = {};
+const volatile struct tensor_layout layouts[TENSOR_LAYOUTS] = {};
+const volatile __u32 n_layouts = 0;
+
+/* Counters read by user space. */
+__u64 dropped_records = 0;
+__u64 dropped_bytes = 0;
+__u64 truncated_records = 0;
+__u64 read_faults = 0;
+/* Index + 1 of the tensor layout that last matched: tried first. */
+__u32 layout_hint = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 24); /* resized from user space */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} type_kinds SEC(".maps");
+
+struct pending_key {
+	__u32 tid;
+	__u32 pad;
+	__u64 sp;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct pending_key);
+	__type(value, __u64);
+} pending SEC(".maps");
+
+#define STACK_MAX 64
+#define ROOT_DEPTH 255
+
+struct work {
+	__u64 obj;
+	__u8 depth;
+	__u8 pad[7];
+};
+
+struct scratch {
+	__u32 off;
+	__u32 nstack;
+	__u32 nodes;
+	__u32 flags;
+	struct work stack[STACK_MAX];
+	__u64 items[DESCRIBE_TOP_MAX * 2];
+	__u8 tmp[TENSOR_CHUNK + 64];
+	__u8 buf[REC_BUF_SIZE + NODE_MAX_SIZE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_map SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rec_exception);
+} exc_scratch SEC(".maps");
+
+/* Py_TPFLAGS_*_SUBCLASS */
+#define TPF_LONG (1UL << 24)
+#define TPF_LIST (1UL << 25)
+#define TPF_TUPLE (1UL << 26)
+#define TPF_UNICODE (1UL << 28)
+#define TPF_DICT (1UL << 29)
+
+static __always_inline __u64 rd64(__u64 addr)
+{
+	__u64 v = 0;
+	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
+		__sync_fetch_and_add(&read_faults, 1);
+	return v;
+}
+
+static __always_inline int name_is(__u64 name_ptr, const char *want, int n)
+{
+	char buf[24] = {};
+	if (n > (int)sizeof(buf))
+		return 0;
+	if (bpf_probe_read_user(buf, n & 31, (void *)name_ptr))
+		return 0;
+	for (int i = 0; i < n && i < (int)sizeof(buf); i++)
+		if (buf[i] != want[i])
+			return 0;
+	return 1;
+}
+
+/* What kind of object a type makes. Walks tp_base for float, Tensor and Module. */
+static __noinline __u8 classify_type(__u64 type)
+{
+	__u8 *cached = bpf_map_lookup_elem(&type_kinds, &type);
+	if (cached)
+		return *cached;
+
+	__u8 kind = T_OTHER;
+	__u64 flags = rd64(type + pyo.tp_flags);
+	if (type == cfg.bool_type)
+		kind = T_BOOL;
+	else if (flags & TPF_LONG)
+		kind = T_INT;
+	else if (flags & TPF_UNICODE)
+		kind = T_STR;
+	else if (flags & TPF_TUPLE)
+		kind = T_TUPLE;
+	else if (flags & TPF_LIST)
+		kind = T_LIST;
+	else if (flags & TPF_DICT)
+		kind = T_DICT;
+	else {
+		__u64 t = type;
+		for (int i = 0; i < 12 && t; i++) {
+			if (t == cfg.float_type) {
+				kind = T_FLOAT;
+				break;
+			}
+			__u64 name = rd64(t + pyo.tp_name);
+			__u64 base = rd64(t + pyo.tp_base);
+			/* torch.Tensor's C base: torch._C._TensorBase (1.x), torch._C.TensorBase (2.x) */
+			if (name_is(name, "torch._C._TensorBase", 21) ||
+			    name_is(name, "torch._C.TensorBase", 20)) {
+				kind = T_TENSOR;
+				break;
+			}
+			/* torch.nn.Module derives from object directly; user space confirms
+			 * its __module__ on the first sighting. */
+			if (base == cfg.object_type && name_is(name, "Module", 7)) {
+				kind = T_MODULE;
+				if (t != type) {
+					struct rec_module_type *r;
+					r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+					if (r) {
+						r->hdr.kind = REC_MODULE_TYPE;
+						r->hdr.size = sizeof(*r);
+						r->hdr.pid = bpf_get_current_pid_tgid() >> 32;
+						r->hdr.tid = (__u32)bpf_get_current_pid_tgid();
+						r->hdr.ts_ns = bpf_ktime_get_ns();
+						r->type = type;
+						r->module_type = t;
+						bpf_ringbuf_submit(r, 0);
+					}
+				}
+				break;
+			}
+			t = base;
+		}
+	}
+	bpf_map_update_elem(&type_kinds, &type, &kind, BPF_ANY);
+	return kind;
+}
+
+static __always_inline struct dnode *node_here(struct scratch *s)
+{
+	return (struct dnode *)&s->buf[s->off & REC_BUF_MASK];
+}
+
+static __always_inline void push(struct scratch *s, __u64 obj, __u8 depth)
+{
+	__u32 i = s->nstack;
+	if (i >= STACK_MAX) {
+		s->flags |= REC_F_TRUNCATED;
+		return;
+	}
+	s->stack[i].obj = obj;
+	s->stack[i].depth = depth;
+	s->nstack = i + 1;
+}
+
+/* Finish a node of `size` bytes written at the current offset. */
+static __always_inline void commit(struct scratch *s, struct dnode *n, __u32 size)
+{
+	size = (size + 7) & ~7u;
+	n->size = size;
+	s->off += size;
+	s->nodes++;
+}
+
+static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u64 obj)
+{
+	struct dnode_tensor *t = (void *)(n + 1);
+	__u32 hint = layout_hint;
+	__u32 found = 0;
+
+	t->ndim = 0;
+	t->numel = 0;
+	t->layout = 0;
+	for (__u32 k = 0; k <= TENSOR_LAYOUTS; k++) {
+		/* the layout that matched last time first, then all in order */
+		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
+		if (li >= TENSOR_LAYOUTS || li >= n_layouts)
+			continue;
+		__u64 impl = rd64(obj + layouts[li].impl_off);
+		if (!impl)
+			continue;
+		__u64 back = rd64(impl + layouts[li].backptr_off);
+		if ((back & ~1ULL) != obj)
+			continue;
+		found = li + 1;
+		break;
+	}
+	if (!found) {
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	__u32 li = found - 1;
+	if (li >= TENSOR_LAYOUTS)
+		return;
+	if (found != hint)
+		layout_hint = found;
+	__u64 impl = rd64(obj + layouts[li].impl_off);
+	__u16 base = layouts[li].backptr_off;
+	if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
+		__sync_fetch_and_add(&read_faults, 1);
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	__u32 so = (layouts[li].sizes_off - base) & 63;
+	__u32 no = (layouts[li].numel_off - base) & 127;
+	__u32 dto = (layouts[li].dtype_off - base) & 127;
+	__u32 dvo = (layouts[li].device_off - base) & 127;
+	if (no > TENSOR_CHUNK - 8 || dto > TENSOR_CHUNK - 1 || dvo > TENSOR_CHUNK - 3)
+		return;
+	__u64 ndim = *(__u64 *)&s->tmp[so];
+	t->numel = *(__s64 *)&s->tmp[no];
+	t->dtype = s->tmp[dto];
+	if (layouts[li].device_order == 0) {
+		t->device_type = s->tmp[(dvo + 1) & 127];
+		t->device_index = (__s8)s->tmp[(dvo + 2) & 127];
+	} else {
+		t->device_type = s->tmp[dvo];
+		t->device_index = (__s8)s->tmp[(dvo + 1) & 127];
+	}
+	t->layout = found;
+	if (ndim > TENSOR_MAX_DIMS) {
+		t->ndim = 255;
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	t->ndim = ndim;
+	if (ndim <= 5) {
+		for (int d = 0; d < 5; d++)
+			if (d < ndim)
+				t->sizes[d] = *(__s64 *)&s->tmp[(so + 8 + d * 8) & 127];
+	} else {
+		__u64 heap = *(__u64 *)&s->tmp[(so + 8) & 127];
+		if (bpf_probe_read_user(t->sizes, (ndim & 15) * 8 + 8, (void *)heap)) {
+			t->ndim = 254;
+			ndim = 0;
+		}
+	}
+	commit(s, n, sizeof(*n) + sizeof(*t) + 8 * (ndim & 31));
+}
+
+static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 obj)
+{
+	__u64 len = rd64(obj + pyo.str_length);
+	__u32 state = (__u32)rd64(obj + pyo.str_state);
+	__u32 kind = (state >> 2) & 7;
+	__u32 compact = (state >> 5) & 1;
+	__u32 ascii = (state >> 6) & 1;
+	if (!compact || (kind != 1 && kind != 2 && kind != 4)) {
+		n->kind = N_OTHER;
+		commit(s, n, sizeof(*n));
+		return;
+	}
+	if (len > STR_MAX_CHARS)
+		len = STR_MAX_CHARS;
+	__u32 bytes = (len * kind) & 255;
+	if (bytes > STR_MAX_BYTES)
+		bytes = STR_MAX_BYTES;
+	__u64 data = obj + (ascii ? pyo.str_ascii_data : pyo.str_compact_data);
+	n->len = len;
+	n->flags = kind;
+	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)data)) {
+		n->kind = N_UNREADABLE;
+		bytes = 0;
+	}
+	commit(s, n, sizeof(*n) + bytes);
+}
+
+static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 obj, __u8 kind)
+{
+	__s64 ndig;
+	__u16 flags = 0;
+	if (pyo.long_tag) {
+		__u64 tag = rd64(obj + pyo.long_tag);
+		ndig = tag >> 3;
+		if ((tag & 3) == 2)
+			flags |= N_F_NEGATIVE;
+		if ((tag & 3) == 1)
+			ndig = 0;
+	} else {
+		ndig = (__s64)rd64(obj + 16);
+		if (ndig < 0) {
+			flags |= N_F_NEGATIVE;
+			ndig = -ndig;
+		}
+	}
+	if (ndig > INT_MAX_DIGITS) {
+		flags |= N_F_CUT;
+		ndig = 0;
+	}
+	n->kind = kind == T_BOOL ? N_BOOL : N_INT;
+	n->flags = flags;
+	n->len = ndig;
+	__u32 bytes = (ndig * 4) & 511;
+	if (bytes > INT_MAX_DIGITS * 4)
+		bytes = INT_MAX_DIGITS * 4;
+	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)(obj + pyo.long_digits))) {
+		n->kind = N_UNREADABLE;
+		bytes = 0;
+	}
+	commit(s, n, sizeof(*n) + bytes);
+}
+
+/* Expand a tuple or list: how many items, then push them in reverse. */
+static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64 obj,
+				       __u8 kind, __u8 depth)
+{
+	__s64 len = (__s64)rd64(obj + 16);
+	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
+	__u8 child = depth == ROOT_DEPTH ? 0 : depth + 1;
+	if (len < 0)
+		len = 0;
+	n->kind = kind == T_TUPLE ? N_TUPLE : N_LIST;
+	n->len = len;
+	__u32 items = len < width ? len : width;
+	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH)
+		items = 0;
+	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : rd64(obj + pyo.list_items);
+	if (items && bpf_probe_read_user(s->items, (items & 63) * 8, (void *)arr)) {
+		n->kind = N_UNREADABLE;
+		items = 0;
+	}
+	n->items = items;
+	commit(s, n, sizeof(*n));
+	for (int i = DESCRIBE_TOP_MAX - 1; i >= 0; i--)
+		if (i < items)
+			push(s, s->items[i & 63], child);
+}
+
+static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
+{
+	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
+	__u8 child = depth == ROOT_DEPTH ? 0 : depth + 1;
+	__u64 used = rd64(obj + pyo.dict_used);
+	__u64 keys = rd64(obj + pyo.dict_keys);
+	__u64 values = rd64(obj + pyo.dict_values);
+	__u32 found = 0;
+
+	n->kind = N_DICT;
+	n->len = used;
+	if ((depth == ROOT_DEPTH || depth < DESCRIBE_DEPTH) && !values && keys) {
+		__u64 nentries = rd64(keys + pyo.dk_nentries);
+		__u64 entries, esize, koff;
+		if (pyo.dk_size) { /* 3.9/3.10: {hash, key, value} after dk_size indices */
+			__u64 size = rd64(keys + pyo.dk_size);
+			__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+			entries = keys + pyo.dk_indices + size * ib;
+			esize = 24;
+			koff = 8;
+		} else {
+			__u8 hdr[2] = {};
+			bpf_probe_read_user(hdr, 2, (void *)(keys + pyo.dk_log2_index_bytes));
+			__u8 dkind = 0;
+			bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+			entries = keys + pyo.dk_indices + (1ULL << (hdr[0] & 63));
+			esize = dkind ? 16 : 24;
+			koff = dkind ? 0 : 8;
+		}
+		for (int i = 0; i < 64; i++) {
+			if (i >= nentries || found >= width || found >= DESCRIBE_TOP_MAX)
+				break;
+			__u64 kv[2] = {};
+			if (bpf_probe_read_user(kv, sizeof(kv), (void *)(entries + i * esize + koff)))
+				break;
+			if (!kv[0] || !kv[1])
+				continue;
+			s->items[(found * 2) & 63] = kv[0];
+			s->items[(found * 2 + 1) & 63] = kv[1];
+			found++;
+		}
+	}
+	n->items = found;
+	commit(s, n, sizeof(*n));
+	for (int i = DESCRIBE_TOP_MAX - 1; i >= 0; i--) {
+		if (i >= found)
+			continue;
+		push(s, s->items[(i * 2 + 1) & 63], child); /* value after key */
+		push(s, s->items[(i * 2) & 63], child);
+	}
+}
+
+static long describe_step(__u32 idx, void *ctx)
+{
+	struct scratch *s = ctx;
+	if (!s->nstack)
+		return 1;
+	if (s->off > REC_BUF_SIZE - NODE_MAX_SIZE) {
+		s->flags |= REC_F_TRUNCATED;
+		return 1;
+	}
+	__u32 top = (s->nstack - 1) & (STACK_MAX - 1);
+	__u64 obj = s->stack[top].obj;
+	__u8 depth = s->stack[top].depth;
+	s->nstack--;
+
+	struct dnode *n = node_here(s);
+	n->depth = depth;
+	n->flags = 0;
+	n->items = 0;
+	n->len = 0;
+	n->pad = 0;
+	n->type = 0;
+	if (!obj) {
+		n->kind = N_ABSENT;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	if (obj == cfg.none_obj) {
+		n->kind = N_NONE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	__u64 type = 0;
+	if (bpf_probe_read_user(&type, 8, (void *)(obj + 8)) || !type) {
+		n->kind = N_UNREADABLE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	n->type = type;
+	__u8 kind = classify_type(type);
+	switch (kind) {
+	case T_BOOL:
+	case T_INT:
+		emit_int(s, n, obj, kind);
+		break;
+	case T_FLOAT:
+		n->kind = N_FLOAT;
+		*(__u64 *)(n + 1) = rd64(obj + pyo.float_value);
+		commit(s, n, sizeof(*n) + 8);
+		break;
+	case T_STR:
+		n->kind = N_STR;
+		emit_str(s, n, obj);
+		break;
+	case T_TUPLE:
+	case T_LIST:
+		expand_seq(s, n, obj, kind, depth);
+		break;
+	case T_DICT:
+		expand_dict(s, n, obj, depth);
+		break;
+	case T_TENSOR:
+		n->kind = N_TENSOR;
+		emit_tensor(s, n, obj);
+		break;
+	default:
+		n->kind = N_OTHER;
+		commit(s, n, sizeof(*n));
+	}
+	return 0;
+}
+
+static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	if (!s)
+		return NULL;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct rec_call *r = (void *)s->buf;
+	r->hdr.kind = kind;
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->self = self;
+	r->sp = sp;
+	s->off = sizeof(*r);
+	s->nstack = 0;
+	s->nodes = 0;
+	s->flags = 0;
+	return s;
+}
+
+static __always_inline void finish(struct scratch *s)
+{
+	struct rec_call *r = (void *)s->buf;
+	__u32 size = s->off;
+	if (size > REC_BUF_SIZE)
+		size = REC_BUF_SIZE;
+	r->hdr.size = size;
+	r->flags |= s->flags;
+	r->nodes = s->nodes;
+	if (s->flags & REC_F_TRUNCATED)
+		__sync_fetch_and_add(&truncated_records, 1);
+	if (bpf_ringbuf_output(&events, s->buf, size, 0)) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&dropped_bytes, size);
+	}
+}
+
+SEC("uprobe")
+int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
+{
+	__u64 type = rd64((__u64)self + 8);
+	if (!type || classify_type(type) != T_MODULE)
+		return 0;
+	__u64 sp = PT_REGS_SP(ctx);
+	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
+	if (!s)
+		return 0;
+	struct rec_call *r = (void *)s->buf;
+	r->flags = 0;
+	push(s, (__u64)kwargs, ROOT_DEPTH);
+	push(s, (__u64)args, ROOT_DEPTH);
+	bpf_loop(STACK_MAX * 4, describe_step, s, 0);
+	if (s->nstack)
+		s->flags |= REC_F_TRUNCATED;
+	finish(s);
+
+	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
+	__u64 obj = (__u64)self;
+	bpf_map_update_elem(&pending, &key, &obj, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(call_exit, void *ret)
+{
+	/* The return popped the return address: sp is 8 above the entry's. */
+	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(),
+				   .sp = PT_REGS_SP(ctx) - 8 };
+	__u64 *self = bpf_map_lookup_elem(&pending, &key);
+	if (!self)
+		return 0;
+	__u64 obj = *self;
+	bpf_map_delete_elem(&pending, &key);
+	struct scratch *s = begin(REC_EXIT, obj, key.sp);
+	if (!s)
+		return 0;
+	struct rec_call *r = (void *)s->buf;
+	r->flags = ret ? 0 : REC_F_EXCEPTION;
+	if (ret) {
+		push(s, (__u64)ret, 0);
+		bpf_loop(STACK_MAX * 4, describe_step, s, 0);
+		if (s->nstack)
+			s->flags |= REC_F_TRUNCATED;
+	}
+	finish(s);
+	return 0;
+}
+
+static __always_inline int read_str_obj(char *dst, __u32 cap, __u64 obj)
+{
+	/* Compact ASCII or UCS1 only: file names, function and type names. */
+	__u32 state = (__u32)rd64(obj + pyo.str_state);
+	__u32 kind = (state >> 2) & 7;
+	if (!((state >> 5) & 1) || kind != 1)
+		return -1;
+	__u64 data = obj + (((state >> 6) & 1) ? pyo.str_ascii_data : pyo.str_compact_data);
+	return bpf_probe_read_user_str(dst, cap, (void *)data);
+}
+
+static long tb_step(__u32 idx, void *ctx)
+{
+	struct rec_exception *e = ctx;
+	if (!e->value)
+		return 1;
+	__u64 tb = e->value;
+	__u32 slot = e->total_frames % EXC_TB_MAX;
+	if (slot >= EXC_TB_MAX)
+		return 1;
+	struct tb_entry *t = &e->tb[slot];
+	__u64 frame = rd64(tb + pyo.tb_frame);
+	__u64 code;
+	if (pyo.iframe_code) {
+		__u64 iframe = rd64(frame + pyo.frameobj_code);
+		code = rd64(iframe + pyo.iframe_code) & ~3ULL;
+	} else {
+		code = rd64(frame + pyo.frameobj_code);
+	}
+	__s32 lineno = 0;
+	bpf_probe_read_user(&lineno, 4, (void *)(tb + pyo.tb_lineno));
+	t->lineno = lineno;
+	t->filename[0] = 0;
+	t->func[0] = 0;
+	read_str_obj(t->filename, EXC_FILE_MAX, rd64(code + pyo.co_filename));
+	read_str_obj(t->func, EXC_FUNC_MAX, rd64(code + pyo.co_name));
+	e->total_frames++;
+	e->value = rd64(tb + pyo.tb_next);
+	return 0;
+}
+
+/* PyErr_Display(type, value, tb): an exception reached the top level. Called from
+ * sys.excepthook; the objects are alive here and gone by the time user space looks. */
+SEC("uprobe")
+int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
+{
+	__u32 zero = 0;
+	struct rec_exception *e = bpf_map_lookup_elem(&exc_scratch, &zero);
+	if (!e || !value)
+		return 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 exc = (__u64)value;
+	e->hdr.kind = REC_EXCEPTION;
+	e->hdr.size = sizeof(*e);
+	e->hdr.pid = id >> 32;
+	e->hdr.tid = (__u32)id;
+	e->hdr.ts_ns = bpf_ktime_get_ns();
+	e->total_frames = 0;
+	e->msg_len = -1;
+	e->type_name[0] = 0;
+	e->msg[0] = 0;
+	__u64 type = rd64(exc + 8);
+	bpf_probe_read_user_str(e->type_name, EXC_NAME_MAX, (void *)rd64(type + pyo.tp_name));
+	__u64 args = rd64(exc + pyo.exc_args);
+	__s64 nargs = (__s64)rd64(args + 16);
+	if (nargs == 0) {
+		e->msg_len = 0;
+	} else if (nargs == 1) {
+		__u64 arg = rd64(args + pyo.tuple_items);
+		__u64 atype = rd64(arg + 8);
+		if (rd64(atype + pyo.tp_flags) & TPF_UNICODE) {
+			int n = read_str_obj(e->msg, EXC_MSG_MAX, arg);
+			e->msg_len = n > 0 ? n - 1 : -1;
+		}
+	}
+	e->value = tb ? (__u64)tb : rd64(exc + pyo.exc_traceback);
+	bpf_loop(256, tb_step, e, 0);
+	e->value = exc;
+	e->nframes = e->total_frames < EXC_TB_MAX ? e->total_frames : EXC_TB_MAX;
+	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
+		__sync_fetch_and_add(&dropped_records, 1);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
+{
+	if (!cfg.tgid || p->tgid != cfg.tgid)
+		return 0;
+	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		return 0;
+	}
+	r->hdr.kind = REC_TASK_EXIT;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = p->tgid;
+	r->hdr.tid = p->pid;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->exit_code = p->exit_code;
+	r->group_dead = group_dead;
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
+/* Launch mode: stop the child as soon as it has exec'd, and again at its entry point
+ * (where every shared library is mapped and no Python has run), so the probes can be
+ * placed before the first Python instruction. */
+static __always_inline int stop_launched(__u32 kind)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!cfg.launch_pid || (id >> 32) != cfg.launch_pid)
+		return 0;
+	bpf_send_signal(19 /* SIGSTOP */);
+	struct rec_hdr *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (r) {
+		r->kind = REC_STOPPED;
+		r->size = sizeof(*r);
+		r->pid = id >> 32;
+		r->tid = kind;
+		r->ts_ns = bpf_ktime_get_ns();
+		bpf_ringbuf_submit(r, 0);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(task_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	return stop_launched(1);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(entry_point)
+{
+	return stop_launched(2);
+}

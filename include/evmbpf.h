@@ -1,0 +1,185 @@
+/* Records passed from the BPF programs to the collector through the ring buffer.
+ * Shared by bpf/ and user/: fixed-width types only. */
+#ifndef EVMBPF_H
+#define EVMBPF_H
+
+#ifndef __BPF__
+#include <stdint.h>
+typedef uint8_t __u8;
+typedef int8_t __s8;
+typedef uint16_t __u16;
+typedef uint32_t __u32;
+typedef int32_t __s32;
+typedef uint64_t __u64;
+typedef int64_t __s64;
+#endif
+
+/* What _describe bounds: nested containers to depth 2, 8 items each. */
+#define DESCRIBE_DEPTH 2
+#define DESCRIBE_WIDTH 8
+/* Top-level arguments are all described by the reference; we cap them here. */
+#define DESCRIBE_TOP_MAX 32
+/* Strings are cut at 60 code points: 240 bytes in the widest kind. */
+#define STR_MAX_CHARS 60
+#define STR_MAX_BYTES 240
+/* Integers: 30-bit digits read at most (1920 bits, about 578 decimal digits). */
+#define INT_MAX_DIGITS 64
+/* Tensor dims read at most; more are reported as an unreadable shape. */
+#define TENSOR_MAX_DIMS 16
+
+/* Record buffer: one ENTER/EXIT record never exceeds this. */
+#define REC_BUF_SIZE 8192
+#define REC_BUF_MASK (REC_BUF_SIZE - 1)
+#define NODE_MAX_SIZE 512
+
+enum rec_kind {
+	REC_ENTER = 1,     /* a module's __call__ entered: args, kwargs */
+	REC_EXIT = 2,      /* it returned: output, or NULL (an exception left it) */
+	REC_EXCEPTION = 3, /* an exception reached the top level (PyErr_Display) */
+	REC_TASK_EXIT = 4, /* a thread of the target exited; the leader's exit ends the trace */
+	REC_STOPPED = 5,   /* launch mode: the child was stopped at exec or at its entry point */
+	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
+};
+
+struct rec_hdr {
+	__u32 kind;
+	__u32 size;  /* of the whole record, header included */
+	__u32 pid;   /* tgid, host namespace */
+	__u32 tid;
+	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+};
+
+struct rec_call {
+	struct rec_hdr hdr;
+	__u64 self;   /* the module object */
+	__u64 sp;     /* stack pointer at entry, pairs the exit with its entry */
+	__u32 flags;  /* REC_F_* */
+	__u32 nodes;  /* description nodes that follow */
+};
+
+#define REC_F_EXCEPTION 1u  /* exit: NULL return value */
+#define REC_F_TRUNCATED 2u  /* the description did not fit and was cut */
+
+/* One described value. Containers are followed by their items, pre-order; a dict's
+ * items come as key node, value node. Nodes are 8-byte aligned. */
+enum node_kind {
+	N_NONE = 1,
+	N_BOOL,
+	N_INT,     /* len: digit count; flags: N_F_NEGATIVE, N_F_CUT */
+	N_FLOAT,
+	N_STR,     /* len: code points; flags: kind (1, 2, 4) in N_F_KIND_MASK */
+	N_TUPLE,   /* len: container length; items: how many follow */
+	N_LIST,
+	N_DICT,
+	N_TENSOR,
+	N_OTHER,   /* {"type": NAME} */
+	N_ABSENT,  /* kwargs was NULL */
+	N_UNREADABLE, /* the memory could not be read */
+};
+
+#define N_F_NEGATIVE 0x100u
+#define N_F_CUT 0x200u
+#define N_F_KIND_MASK 0x7u
+
+struct dnode {
+	__u8 kind;
+	__u8 depth;   /* 0 for a top-level argument; 255 for the args tuple / kwargs dict */
+	__u16 size;   /* bytes, this node only, header included */
+	__u16 flags;
+	__u16 items;  /* containers: items that follow */
+	__u32 len;
+	__u32 pad;
+	__u64 type;   /* the object's type, for its name */
+};
+
+struct dnode_tensor {
+	__u8 dtype;
+	__u8 device_type;
+	__s8 device_index;
+	__u8 ndim;
+	__u8 layout;  /* index into tensor_layouts + 1; 0: no layout matched */
+	__u8 pad[3];
+	__s64 numel;
+	__s64 sizes[]; /* ndim of them, up to TENSOR_MAX_DIMS */
+};
+
+/* Uncaught exception: type name, message, the last traceback entries. */
+#define EXC_NAME_MAX 96
+#define EXC_MSG_MAX 1024
+#define EXC_TB_MAX 12
+#define EXC_FILE_MAX 192
+#define EXC_FUNC_MAX 64
+
+struct tb_entry {
+	__s32 lineno;
+	__u32 pad;
+	char filename[EXC_FILE_MAX];
+	char func[EXC_FUNC_MAX];
+};
+
+struct rec_exception {
+	struct rec_hdr hdr;
+	__u64 value;         /* the exception object */
+	__u32 total_frames;  /* traceback entries in all */
+	__u32 nframes;       /* of which the last nframes are below */
+	__s32 msg_len;       /* -1: message not a str we could read */
+	__u32 pad;
+	char type_name[EXC_NAME_MAX];
+	char msg[EXC_MSG_MAX];
+	struct tb_entry tb[EXC_TB_MAX];
+};
+
+struct rec_task_exit {
+	struct rec_hdr hdr;
+	__s32 exit_code;     /* as wait(2) encodes it: signal in the low 7 bits */
+	__u32 group_dead;
+};
+
+struct rec_module_type {
+	struct rec_hdr hdr;
+	__u64 type;
+	__u64 module_type; /* the base class taken for torch.nn.Module */
+};
+
+/* Tensor layouts in TensorImpl, tried in order; the one whose pointer back to the
+ * Python object matches wins. Offsets in bytes. */
+struct tensor_layout {
+	__u16 impl_off;      /* THPVariable -> TensorImpl* */
+	__u16 backptr_off;   /* TensorImpl -> PyObject* (low bit masked) */
+	__u16 sizes_off;     /* SizesAndStrides: size_t size_, then inline sizes or pointer */
+	__u16 numel_off;
+	__u16 dtype_off;
+	__u16 device_off;
+	__u8 device_order;   /* 0: [has_value][type][index]; 1: [type][index][has_value] */
+	__u8 pad[3];
+};
+
+#define TENSOR_LAYOUTS 3
+#define TENSOR_CHUNK 128     /* bytes read from backptr_off */
+
+/* Type verdicts cached per type object. */
+enum type_kind {
+	T_OTHER = 1,
+	T_NONE,
+	T_BOOL,
+	T_INT,
+	T_FLOAT,
+	T_STR,
+	T_TUPLE,
+	T_LIST,
+	T_DICT,
+	T_TENSOR,
+	T_MODULE,
+};
+
+/* Set from user space before load. */
+struct target_config {
+	__u64 none_obj;
+	__u64 bool_type;
+	__u64 float_type;
+	__u64 object_type;
+	__u32 tgid;
+	__u32 launch_pid;   /* launch mode: stop this pid at exec (0: off) */
+};
+
+#endif

@@ -1,0 +1,45 @@
+/* CPython object layouts evmbpf reads, per version (x86_64, release builds, with GIL).
+ * Shared by the BPF programs (through rodata) and user space. All offsets in bytes. */
+#ifndef EVMBPF_PYOFFSETS_H
+#define EVMBPF_PYOFFSETS_H
+
+#ifdef __BPF__
+typedef __u16 off16;
+typedef __s16 soff16;
+#else
+#include <stdint.h>
+typedef uint16_t off16;
+typedef int16_t soff16;
+#endif
+
+struct py_offsets {
+	off16 version;          /* major*100 + minor, e.g. 311 */
+	/* PyTypeObject / PyHeapTypeObject */
+	off16 tp_name, tp_basicsize, tp_call, tp_flags, tp_base, tp_dict, tp_dictoffset, tp_mro;
+	off16 ht_name, ht_qualname, ht_cached_keys;
+	/* containers and scalars */
+	off16 tuple_items, list_items, float_value;
+	off16 long_digits;      /* first 30-bit digit */
+	off16 long_tag;         /* 3.12+: lv_tag (count = tag >> 3, sign = tag & 3); 0 before */
+	off16 str_state, str_length, str_ascii_data, str_compact_data;
+	/* dicts */
+	off16 dict_used, dict_keys, dict_values;
+	off16 dk_size;          /* 3.9/3.10: Py_ssize_t dk_size; 0 from 3.11 */
+	off16 dk_log2_size, dk_log2_index_bytes, dk_kind; /* 3.11+; 0 before */
+	off16 dk_nentries, dk_indices;
+	/* instance __dict__: 3.11+ managed dicts */
+	soff16 managed_dict;    /* offset from the object (negative: before it), 0 = not managed */
+	soff16 managed_values;  /* 3.11: values pointer at -32; 3.12: tagged in managed_dict; 3.13+: inline */
+	/* exceptions and tracebacks */
+	off16 exc_args, exc_traceback;
+	off16 tb_next, tb_frame, tb_lineno, tb_lasti;
+	/* frames and code */
+	off16 frameobj_code;    /* 3.9/3.10: PyFrameObject.f_code; 3.11+: PyFrameObject.f_frame */
+	off16 iframe_code;      /* 3.11+: _PyInterpreterFrame code (f_code / f_executable); 0 before */
+	off16 iframe_localsplus;
+	off16 co_filename, co_name, co_qualname, co_firstlineno;
+	/* thread state: the exception being handled */
+	off16 runtime_interp_head, interp_modules, interp_sysdict;
+};
+
+#endif

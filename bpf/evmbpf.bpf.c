@@ -54,13 +54,25 @@ struct {
 	__type(value, __u64);
 } pending SEC(".maps");
 
-#define STACK_MAX 64
+#define STACK_MAX 32
 #define ROOT_DEPTH 255
 
+/* Pending work, innermost last: one object, or a cursor over a container's items. */
+enum work_kind { W_ONE = 1, W_SEQ, W_DICT };
+
 struct work {
-	__u64 obj;
-	__u8 depth;
-	__u8 pad[7];
+	__u64 base;     /* W_ONE: the object; W_SEQ: the item array; W_DICT: the entries */
+	__u64 value;    /* W_DICT: the value of the entry whose key was just described */
+	__u32 index;    /* items described so far */
+	__u32 count;    /* items to describe */
+	__u32 scanned;  /* W_DICT: entries looked at (deleted ones are skipped) */
+	__u32 limit;    /* W_DICT: dk_nentries */
+	__u8 kind;
+	__u8 depth;     /* of the items */
+	__u8 esize;     /* W_DICT: entry size */
+	__u8 koff;      /* W_DICT: key offset in an entry (value follows it) */
+	__u8 phase;     /* W_DICT: 0 key next, 1 value next */
+	__u8 pad[3];
 };
 
 struct scratch {
@@ -69,7 +81,6 @@ struct scratch {
 	__u32 nodes;
 	__u32 flags;
 	struct work stack[STACK_MAX];
-	__u64 items[DESCRIBE_TOP_MAX * 2];
 	__u8 tmp[TENSOR_CHUNK + 64];
 	__u8 buf[REC_BUF_SIZE + NODE_MAX_SIZE];
 };
@@ -184,16 +195,24 @@ static __always_inline struct dnode *node_here(struct scratch *s)
 	return (struct dnode *)&s->buf[s->off & REC_BUF_MASK];
 }
 
-static __always_inline void push(struct scratch *s, __u64 obj, __u8 depth)
+static __always_inline struct work *push(struct scratch *s, __u8 kind, __u64 base, __u8 depth)
 {
 	__u32 i = s->nstack;
 	if (i >= STACK_MAX) {
 		s->flags |= REC_F_TRUNCATED;
-		return;
+		return NULL;
 	}
-	s->stack[i].obj = obj;
-	s->stack[i].depth = depth;
+	struct work *w = &s->stack[i & (STACK_MAX - 1)];
+	w->kind = kind;
+	w->base = base;
+	w->depth = depth;
+	w->index = 0;
+	w->count = 0;
+	w->scanned = 0;
+	w->limit = 0;
+	w->phase = 0;
 	s->nstack = i + 1;
+	return w;
 }
 
 /* Finish a node of `size` bytes written at the current offset. */
@@ -343,13 +362,12 @@ static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 o
 	commit(s, n, sizeof(*n) + bytes);
 }
 
-/* Expand a tuple or list: how many items, then push them in reverse. */
+/* A tuple or list: the node, then a cursor over its first items. */
 static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64 obj,
 				       __u8 kind, __u8 depth)
 {
 	__s64 len = (__s64)rd64(obj + 16);
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
-	__u8 child = depth == ROOT_DEPTH ? 0 : depth + 1;
 	if (len < 0)
 		len = 0;
 	n->kind = kind == T_TUPLE ? N_TUPLE : N_LIST;
@@ -357,83 +375,117 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 	__u32 items = len < width ? len : width;
 	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH)
 		items = 0;
-	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : rd64(obj + pyo.list_items);
-	if (items && bpf_probe_read_user(s->items, (items & 63) * 8, (void *)arr)) {
-		n->kind = N_UNREADABLE;
-		items = 0;
-	}
 	n->items = items;
 	commit(s, n, sizeof(*n));
-	for (int i = DESCRIBE_TOP_MAX - 1; i >= 0; i--)
-		if (i < items)
-			push(s, s->items[i & 63], child);
+	if (!items)
+		return;
+	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : rd64(obj + pyo.list_items);
+	struct work *w = push(s, W_SEQ, arr, depth == ROOT_DEPTH ? 0 : depth + 1);
+	if (w)
+		w->count = items;
+	else
+		n->items = 0;
 }
 
+/* A dict: the node, then a cursor over its entries (combined tables only). */
 static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
 {
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
-	__u8 child = depth == ROOT_DEPTH ? 0 : depth + 1;
 	__u64 used = rd64(obj + pyo.dict_used);
 	__u64 keys = rd64(obj + pyo.dict_keys);
 	__u64 values = rd64(obj + pyo.dict_values);
-	__u32 found = 0;
+	__u32 items = used < width ? used : width;
 
 	n->kind = N_DICT;
 	n->len = used;
-	if ((depth == ROOT_DEPTH || depth < DESCRIBE_DEPTH) && !values && keys) {
-		__u64 nentries = rd64(keys + pyo.dk_nentries);
-		__u64 entries, esize, koff;
-		if (pyo.dk_size) { /* 3.9/3.10: {hash, key, value} after dk_size indices */
-			__u64 size = rd64(keys + pyo.dk_size);
-			__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
-			entries = keys + pyo.dk_indices + size * ib;
-			esize = 24;
-			koff = 8;
-		} else {
-			__u8 hdr[2] = {};
-			bpf_probe_read_user(hdr, 2, (void *)(keys + pyo.dk_log2_index_bytes));
-			__u8 dkind = 0;
-			bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
-			entries = keys + pyo.dk_indices + (1ULL << (hdr[0] & 63));
-			esize = dkind ? 16 : 24;
-			koff = dkind ? 0 : 8;
-		}
-		for (int i = 0; i < 64; i++) {
-			if (i >= nentries || found >= width || found >= DESCRIBE_TOP_MAX)
-				break;
-			__u64 kv[2] = {};
-			if (bpf_probe_read_user(kv, sizeof(kv), (void *)(entries + i * esize + koff)))
-				break;
-			if (!kv[0] || !kv[1])
-				continue;
-			s->items[(found * 2) & 63] = kv[0];
-			s->items[(found * 2 + 1) & 63] = kv[1];
-			found++;
-		}
-	}
-	n->items = found;
+	if ((depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH) || values || !keys)
+		items = 0;
+	n->items = items;
 	commit(s, n, sizeof(*n));
-	for (int i = DESCRIBE_TOP_MAX - 1; i >= 0; i--) {
-		if (i >= found)
-			continue;
-		push(s, s->items[(i * 2 + 1) & 63], child); /* value after key */
-		push(s, s->items[(i * 2) & 63], child);
+	if (!items)
+		return;
+	__u64 entries;
+	__u8 esize, koff;
+	if (pyo.dk_size) { /* 3.9/3.10: {hash, key, value} after dk_size indices */
+		__u64 size = rd64(keys + pyo.dk_size);
+		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+		entries = keys + pyo.dk_indices + size * ib;
+		esize = 24;
+		koff = 8;
+	} else {
+		__u8 log2_index = 0, dkind = 0;
+		bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
+		bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+		esize = dkind ? 16 : 24;
+		koff = dkind ? 0 : 8;
 	}
+	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
+	if (!w) {
+		n->items = 0;
+		return;
+	}
+	w->count = items;
+	w->limit = rd64(keys + pyo.dk_nentries);
+	w->esize = esize;
+	w->koff = koff;
 }
+
+struct loop_ctx {
+	void *p;
+};
 
 static long describe_step(__u32 idx, void *ctx)
 {
-	struct scratch *s = ctx;
-	if (!s->nstack)
+	struct scratch *s = ((struct loop_ctx *)ctx)->p;
+	if (!s || !s->nstack)
 		return 1;
 	if (s->off > REC_BUF_SIZE - NODE_MAX_SIZE) {
 		s->flags |= REC_F_TRUNCATED;
 		return 1;
 	}
-	__u32 top = (s->nstack - 1) & (STACK_MAX - 1);
-	__u64 obj = s->stack[top].obj;
-	__u8 depth = s->stack[top].depth;
-	s->nstack--;
+	struct work *w = &s->stack[(s->nstack - 1) & (STACK_MAX - 1)];
+	__u8 depth = w->depth;
+	__u64 obj;
+	int placeholder = 0;
+
+	switch (w->kind) {
+	case W_SEQ:
+		obj = rd64(w->base + (__u64)w->index * 8);
+		if (++w->index >= w->count)
+			s->nstack--;
+		break;
+	case W_DICT:
+		if (w->phase == 0) {
+			if (w->scanned >= w->limit || w->scanned >= 4096) {
+				/* fewer live entries than ma_used said: changed under us */
+				placeholder = 1;
+				obj = 0;
+				w->value = 0;
+			} else {
+				__u64 kv[2] = {};
+				__u64 at = w->base + (__u64)w->scanned * w->esize + w->koff;
+				w->scanned++;
+				if (bpf_probe_read_user(kv, sizeof(kv), (void *)at))
+					kv[0] = 0;
+				if (!kv[0] || !kv[1])
+					return 0; /* a deleted entry */
+				obj = kv[0];
+				w->value = kv[1];
+			}
+			w->phase = 1;
+		} else {
+			obj = w->value;
+			placeholder = !obj;
+			w->phase = 0;
+			if (++w->index >= w->count)
+				s->nstack--;
+		}
+		break;
+	default:
+		obj = w->base;
+		s->nstack--;
+	}
 
 	struct dnode *n = node_here(s);
 	n->depth = depth;
@@ -442,6 +494,11 @@ static long describe_step(__u32 idx, void *ctx)
 	n->len = 0;
 	n->pad = 0;
 	n->type = 0;
+	if (placeholder) {
+		n->kind = N_UNREADABLE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
 	if (!obj) {
 		n->kind = N_ABSENT;
 		commit(s, n, sizeof(*n));
@@ -490,6 +547,12 @@ static long describe_step(__u32 idx, void *ctx)
 		commit(s, n, sizeof(*n));
 	}
 	return 0;
+}
+
+static __always_inline void describe(struct scratch *s)
+{
+	struct loop_ctx lc = { .p = s };
+	bpf_loop(1024, describe_step, &lc, 0);
 }
 
 static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
@@ -542,9 +605,9 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		return 0;
 	struct rec_call *r = (void *)s->buf;
 	r->flags = 0;
-	push(s, (__u64)kwargs, ROOT_DEPTH);
-	push(s, (__u64)args, ROOT_DEPTH);
-	bpf_loop(STACK_MAX * 4, describe_step, s, 0);
+	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
+	push(s, W_ONE, (__u64)args, ROOT_DEPTH);
+	describe(s);
 	if (s->nstack)
 		s->flags |= REC_F_TRUNCATED;
 	finish(s);
@@ -572,8 +635,8 @@ int BPF_KRETPROBE(call_exit, void *ret)
 	struct rec_call *r = (void *)s->buf;
 	r->flags = ret ? 0 : REC_F_EXCEPTION;
 	if (ret) {
-		push(s, (__u64)ret, 0);
-		bpf_loop(STACK_MAX * 4, describe_step, s, 0);
+		push(s, W_ONE, (__u64)ret, 0);
+		describe(s);
 		if (s->nstack)
 			s->flags |= REC_F_TRUNCATED;
 	}
@@ -594,14 +657,11 @@ static __always_inline int read_str_obj(char *dst, __u32 cap, __u64 obj)
 
 static long tb_step(__u32 idx, void *ctx)
 {
-	struct rec_exception *e = ctx;
-	if (!e->value)
+	struct rec_exception *e = ((struct loop_ctx *)ctx)->p;
+	if (!e || !e->value)
 		return 1;
 	__u64 tb = e->value;
-	__u32 slot = e->total_frames % EXC_TB_MAX;
-	if (slot >= EXC_TB_MAX)
-		return 1;
-	struct tb_entry *t = &e->tb[slot];
+	struct tb_entry *t = &e->tb[e->total_frames & (EXC_TB_MAX - 1)];
 	__u64 frame = rd64(tb + pyo.tb_frame);
 	__u64 code;
 	if (pyo.iframe_code) {
@@ -657,7 +717,8 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 		}
 	}
 	e->value = tb ? (__u64)tb : rd64(exc + pyo.exc_traceback);
-	bpf_loop(256, tb_step, e, 0);
+	struct loop_ctx lc = { .p = e };
+	bpf_loop(256, tb_step, &lc, 0);
 	e->value = exc;
 	e->nframes = e->total_frames < EXC_TB_MAX ? e->total_frames : EXC_TB_MAX;
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
@@ -684,37 +745,4 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 	r->group_dead = group_dead;
 	bpf_ringbuf_submit(r, 0);
 	return 0;
-}
-
-/* Launch mode: stop the child as soon as it has exec'd, and again at its entry point
- * (where every shared library is mapped and no Python has run), so the probes can be
- * placed before the first Python instruction. */
-static __always_inline int stop_launched(__u32 kind)
-{
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!cfg.launch_pid || (id >> 32) != cfg.launch_pid)
-		return 0;
-	bpf_send_signal(19 /* SIGSTOP */);
-	struct rec_hdr *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
-	if (r) {
-		r->kind = REC_STOPPED;
-		r->size = sizeof(*r);
-		r->pid = id >> 32;
-		r->tid = kind;
-		r->ts_ns = bpf_ktime_get_ns();
-		bpf_ringbuf_submit(r, 0);
-	}
-	return 0;
-}
-
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(task_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
-{
-	return stop_launched(1);
-}
-
-SEC("uprobe")
-int BPF_KPROBE(entry_point)
-{
-	return stop_launched(2);
 }

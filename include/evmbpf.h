@@ -4,14 +4,7 @@
 #define EVMBPF_H
 
 #ifndef __BPF__
-#include <stdint.h>
-typedef uint8_t __u8;
-typedef int8_t __s8;
-typedef uint16_t __u16;
-typedef uint32_t __u32;
-typedef int32_t __s32;
-typedef uint64_t __u64;
-typedef int64_t __s64;
+#include <linux/types.h>
 #endif
 
 /* What _describe bounds: nested containers to depth 2, 8 items each. */
@@ -106,7 +99,7 @@ struct dnode_tensor {
 /* Uncaught exception: type name, message, the last traceback entries. */
 #define EXC_NAME_MAX 96
 #define EXC_MSG_MAX 1024
-#define EXC_TB_MAX 12
+#define EXC_TB_MAX 16 /* a power of two; the last 11 frames are what format_exception()[-12:] keeps */
 #define EXC_FILE_MAX 192
 #define EXC_FUNC_MAX 64
 
@@ -179,7 +172,7 @@ struct target_config {
 	__u64 float_type;
 	__u64 object_type;
 	__u32 tgid;
-	__u32 launch_pid;   /* launch mode: stop this pid at exec (0: off) */
+	__u32 pad;
 };
 
 #endif

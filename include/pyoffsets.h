@@ -10,6 +10,11 @@ typedef __s16 soff16;
 #include <stdint.h>
 typedef uint16_t off16;
 typedef int16_t soff16;
+#ifndef __BPF__
+/* The table for a CPython version; NULL when evmbpf cannot read that version. */
+const struct py_offsets *pyoffsets_for(int major, int minor);
+#endif
+
 #endif
 
 struct py_offsets {
@@ -41,5 +46,10 @@ struct py_offsets {
 	/* thread state: the exception being handled */
 	off16 runtime_interp_head, interp_modules, interp_sysdict;
 };
+
+#ifndef __BPF__
+/* The table for a CPython version; NULL when evmbpf cannot read that version. */
+const struct py_offsets *pyoffsets_for(int major, int minor);
+#endif
 
 #endif

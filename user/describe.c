@@ -1,0 +1,349 @@
+#include "describe.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "evmbpf.h"
+#include "jsonw.h"
+
+static const char *const dtypes[] = {
+	"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+	"complex32", "complex64", "complex128", "bool", "qint8", "quint8", "qint32",
+	"bfloat16", "quint4x2", "quint2x4", "bits1x8", "bits2x4", "bits4x2", "bits8",
+	"bits16", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz",
+	"uint16", "uint32", "uint64", "uint1", "uint2", "uint3", "uint4", "uint5", "uint6",
+	"uint7", "int1", "int2", "int3", "int4", "int5", "int6", "int7", "float8_e8m0fnu",
+	"float4_e2m1fn_x2",
+};
+
+const char *dtype_name(unsigned dtype)
+{
+	return dtype < sizeof(dtypes) / sizeof(dtypes[0]) ? dtypes[dtype] : NULL;
+}
+
+static const char *const devices[] = {
+	"cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla",
+	"vulkan", "metal", "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu", "mtia",
+	"privateuseone",
+};
+
+void device_name(struct buf *out, unsigned type, int index)
+{
+	if (type < sizeof(devices) / sizeof(devices[0]))
+		buf_puts(out, devices[type]);
+	else
+		buf_printf(out, "device%u", type);
+	if (index >= 0)
+		buf_printf(out, ":%d", index);
+}
+
+void bigint_decimal(struct buf *out, const uint32_t *digits, size_t n, int negative)
+{
+	if (n == 0) {
+		buf_putc(out, '0');
+		return;
+	}
+	/* Repeated division by 10^9 of a base-2^30 number. */
+	uint32_t *work = xmalloc(n * sizeof(*work));
+	memcpy(work, digits, n * sizeof(*work));
+	size_t chunks_cap = n * 2 + 2, nchunks = 0;
+	uint32_t *chunks = xmalloc(chunks_cap * sizeof(*chunks));
+	size_t len = n;
+	while (len) {
+		uint64_t rem = 0;
+		for (size_t i = len; i-- > 0;) {
+			uint64_t cur = (rem << 30) | (work[i] & 0x3fffffff);
+			work[i] = (uint32_t)(cur / 1000000000u);
+			rem = cur % 1000000000u;
+		}
+		chunks[nchunks++] = (uint32_t)rem;
+		while (len && work[len - 1] == 0)
+			len--;
+	}
+	if (negative)
+		buf_putc(out, '-');
+	buf_printf(out, "%u", chunks[nchunks - 1]);
+	for (size_t i = nchunks - 1; i-- > 0;)
+		buf_printf(out, "%09u", chunks[i]);
+	free(work);
+	free(chunks);
+}
+
+static const struct dnode *take(struct node_cursor *c)
+{
+	if ((size_t)(c->end - c->p) < sizeof(struct dnode))
+		return NULL;
+	const struct dnode *n = (const void *)c->p;
+	if (n->size < sizeof(*n) || n->size > (size_t)(c->end - c->p))
+		return NULL;
+	c->p += n->size;
+	return n;
+}
+
+static size_t payload_len(const struct dnode *n)
+{
+	return n->size - sizeof(*n);
+}
+
+/* A str node's characters as code points (at most STR_MAX_CHARS). */
+static size_t str_codepoints(const struct dnode *n, uint32_t *cp)
+{
+	unsigned kind = n->flags & N_F_KIND_MASK;
+	const uint8_t *d = (const uint8_t *)(n + 1);
+	size_t count = n->len;
+	if (kind != 1 && kind != 2 && kind != 4)
+		return 0;
+	if (count > STR_MAX_CHARS)
+		count = STR_MAX_CHARS;
+	if (count * kind > payload_len(n))
+		count = payload_len(n) / kind;
+	for (size_t i = 0; i < count; i++) {
+		if (kind == 1)
+			cp[i] = d[i];
+		else if (kind == 2)
+			cp[i] = (uint32_t)d[2 * i] | (uint32_t)d[2 * i + 1] << 8;
+		else
+			memcpy(&cp[i], d + 4 * i, 4);
+	}
+	return count;
+}
+
+static void int_value(const struct dnode *n, struct buf *out)
+{
+	size_t nd = n->len;
+	if (nd * 4 > payload_len(n))
+		nd = payload_len(n) / 4;
+	bigint_decimal(out, (const uint32_t *)(n + 1), nd, n->flags & N_F_NEGATIVE);
+}
+
+static void type_only(struct describe_ctx *ctx, const struct dnode *n, struct buf *out)
+{
+	buf_puts(out, "{\"type\": ");
+	jw_cstr(out, ctx->type_name(ctx->arg, n->type));
+	buf_putc(out, '}');
+}
+
+static int skip_items(struct describe_ctx *ctx, struct node_cursor *c, unsigned count)
+{
+	struct buf sink = {0};
+	int err = 0;
+	for (unsigned i = 0; i < count && !err; i++)
+		err = describe_value(ctx, c, &sink);
+	buf_free(&sink);
+	return err;
+}
+
+/* str(key) for a dict key node. */
+static int key_text(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
+{
+	const struct dnode *n = take(c);
+	if (!n)
+		return -1;
+	uint32_t cp[STR_MAX_CHARS];
+	size_t len;
+	struct buf tmp = {0};
+	switch (n->kind) {
+	case N_STR:
+		len = str_codepoints(n, cp);
+		jw_codepoints(out, cp, len);
+		return 0;
+	case N_INT:
+		int_value(n, &tmp);
+		break;
+	case N_BOOL:
+		buf_puts(&tmp, n->len ? "True" : "False");
+		break;
+	case N_NONE:
+		buf_puts(&tmp, "None");
+		break;
+	case N_FLOAT: {
+		double v;
+		memcpy(&v, n + 1, 8);
+		jw_float(&tmp, v);
+		if (tmp.data[0] == '"') /* "nan" */
+			memmove(tmp.data, tmp.data + 1, tmp.len -= 2), tmp.data[tmp.len] = 0;
+		break;
+	}
+	default:
+		buf_printf(&tmp, "<%s>", ctx->type_name(ctx->arg, n->type));
+		if (n->kind == N_TUPLE || n->kind == N_LIST || n->kind == N_DICT) {
+			int err = skip_items(ctx, c, n->kind == N_DICT ? 2u * n->items : n->items);
+			if (err) {
+				buf_free(&tmp);
+				return err;
+			}
+		}
+	}
+	jw_str(out, tmp.data ? tmp.data : "", tmp.len);
+	buf_free(&tmp);
+	return 0;
+}
+
+static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct buf *out)
+{
+	const struct dnode_tensor *t = (const void *)(n + 1);
+	if (payload_len(n) < sizeof(*t))
+		return -1;
+	int ok = t->layout != 0 && t->ndim <= TENSOR_MAX_DIMS &&
+		 payload_len(n) >= sizeof(*t) + 8u * t->ndim && dtype_name(t->dtype);
+	if (ok) {
+		/* sizes must agree with numel */
+		__int128 prod = 1;
+		for (unsigned d = 0; d < t->ndim; d++) {
+			if (t->sizes[d] < 0)
+				ok = 0;
+			prod *= t->sizes[d];
+			if (prod > INT64_MAX)
+				ok = 0;
+		}
+		if (prod != t->numel)
+			ok = 0;
+	}
+	if (!ok) {
+		if (!ctx->warned_tensor)
+			warnx_("warning: a tensor's layout did not validate (torch version not "
+			       "known to evmbpf?); such tensors are written as {\"type\": \"Tensor\"}");
+		ctx->warned_tensor = 1;
+		type_only(ctx, n, out);
+		return 0;
+	}
+	buf_puts(out, "{\"shape\": [");
+	for (unsigned d = 0; d < t->ndim; d++)
+		buf_printf(out, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
+	buf_puts(out, "], \"dtype\": ");
+	jw_cstr(out, dtype_name(t->dtype));
+	buf_puts(out, ", \"device\": ");
+	struct buf dev = {0};
+	device_name(&dev, t->device_type, t->device_index);
+	jw_cstr(out, dev.data);
+	buf_free(&dev);
+	buf_putc(out, '}');
+	return 0;
+}
+
+static int items_json(struct describe_ctx *ctx, struct node_cursor *c, const struct dnode *n,
+		      struct buf *out, int as_dict)
+{
+	buf_putc(out, as_dict ? '{' : '[');
+	for (unsigned i = 0; i < n->items; i++) {
+		if (i)
+			buf_puts(out, ", ");
+		if (as_dict) {
+			if (key_text(ctx, c, out))
+				return -1;
+			buf_puts(out, ": ");
+		}
+		if (describe_value(ctx, c, out))
+			return -1;
+	}
+	buf_putc(out, as_dict ? '}' : ']');
+	return 0;
+}
+
+int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
+{
+	const struct dnode *n = take(c);
+	if (!n)
+		return -1;
+	const char *name;
+	uint32_t cp[STR_MAX_CHARS];
+	double v;
+
+	switch (n->kind) {
+	case N_NONE:
+		buf_puts(out, "{\"type\": \"NoneType\", \"value\": null}");
+		return 0;
+	case N_BOOL:
+		buf_puts(out, "{\"type\": \"bool\", \"value\": ");
+		buf_puts(out, n->len ? "true}" : "false}");
+		return 0;
+	case N_INT:
+		if (n->flags & N_F_CUT) {
+			if (!ctx->warned_cut)
+				warnx_("warning: an int too large to read was written as {\"type\": \"int\"}");
+			ctx->warned_cut = 1;
+			type_only(ctx, n, out);
+			return 0;
+		}
+		buf_puts(out, "{\"type\": ");
+		jw_cstr(out, ctx->type_name(ctx->arg, n->type));
+		buf_puts(out, ", \"value\": ");
+		int_value(n, out);
+		buf_putc(out, '}');
+		return 0;
+	case N_FLOAT:
+		if (payload_len(n) < 8)
+			return -1;
+		memcpy(&v, n + 1, 8);
+		buf_puts(out, "{\"type\": ");
+		jw_cstr(out, ctx->type_name(ctx->arg, n->type));
+		buf_puts(out, ", \"value\": ");
+		jw_float(out, v);
+		buf_putc(out, '}');
+		return 0;
+	case N_STR:
+		buf_puts(out, "{\"type\": ");
+		jw_cstr(out, ctx->type_name(ctx->arg, n->type));
+		buf_puts(out, ", \"value\": ");
+		jw_codepoints(out, cp, str_codepoints(n, cp));
+		buf_putc(out, '}');
+		return 0;
+	case N_TUPLE:
+	case N_LIST:
+	case N_DICT:
+		if (n->depth != 255 && n->depth >= DESCRIBE_DEPTH) {
+			type_only(ctx, n, out);
+			return 0;
+		}
+		name = n->kind == N_DICT ? "dict" : ctx->type_name(ctx->arg, n->type);
+		buf_puts(out, "{\"type\": ");
+		jw_cstr(out, name);
+		buf_printf(out, ", \"len\": %u, \"items\": ", n->len);
+		if (items_json(ctx, c, n, out, n->kind == N_DICT))
+			return -1;
+		buf_putc(out, '}');
+		return 0;
+	case N_TENSOR:
+		return tensor_json(ctx, n, out);
+	case N_OTHER:
+		type_only(ctx, n, out);
+		return 0;
+	case N_UNREADABLE:
+		/* memory changed or vanished under the reader: say so, never guess */
+		buf_puts(out, "{\"type\": ");
+		jw_cstr(out, n->type ? ctx->type_name(ctx->arg, n->type) : "?");
+		buf_puts(out, ", \"unreadable\": true}");
+		if (n->kind == N_UNREADABLE && (n->items))
+			return skip_items(ctx, c, n->items);
+		return 0;
+	case N_ABSENT:
+		buf_puts(out, "null");
+		return 0;
+	}
+	return -1;
+}
+
+int describe_args(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
+{
+	const struct dnode *n = take(c);
+	if (!n)
+		return -1;
+	if (n->kind != N_TUPLE) {
+		buf_puts(out, "[]");
+		return n->kind == N_ABSENT ? 0 : -1;
+	}
+	return items_json(ctx, c, n, out, 0);
+}
+
+int describe_kwargs(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
+{
+	const struct dnode *n = take(c);
+	if (!n)
+		return -1;
+	if (n->kind != N_DICT) {
+		buf_puts(out, "{}");
+		return n->kind == N_ABSENT ? 0 : -1;
+	}
+	return items_json(ctx, c, n, out, 1);
+}

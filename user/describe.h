@@ -1,0 +1,33 @@
+/* Turning the BPF side's description nodes into the reference's _describe JSON. */
+#ifndef EVMBPF_DESCRIBE_H
+#define EVMBPF_DESCRIBE_H
+
+#include <stdint.h>
+#include "util.h"
+
+struct describe_ctx {
+	/* type(value).__name__ for a type object of the target; never NULL. */
+	const char *(*type_name)(void *arg, uint64_t type);
+	void *arg;
+	int warned_tensor;  /* a tensor whose layout did not validate was seen */
+	int warned_cut;     /* a description was cut short */
+};
+
+struct node_cursor {
+	const uint8_t *p, *end;
+};
+
+/* One value (and everything under it) as JSON. Returns 0, or -1 when the nodes are
+ * malformed (the output then holds what could be decoded). */
+int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
+/* The args tuple node as a JSON list, the kwargs node as a JSON object. */
+int describe_args(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
+int describe_kwargs(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
+
+/* Names torch prints: "float32", "cpu", "cuda:0". */
+const char *dtype_name(unsigned dtype);
+void device_name(struct buf *out, unsigned type, int index);
+/* Python int from 30-bit digits, in decimal. */
+void bigint_decimal(struct buf *out, const uint32_t *digits, size_t n, int negative);
+
+#endif

@@ -1,0 +1,150 @@
+/* evmbpf: trace the torch.nn.Module calls of a running Python process from outside. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "readers.h"
+#include "tracer.h"
+#include "util.h"
+
+static const char usage[] =
+	"USAGE\n"
+	"  evmbpf --pid PID --out FILE [--modules REGEX] [--tail N] [-v]\n"
+	"  evmbpf --out FILE [--modules REGEX] [--tail N] [-v] -- COMMAND [ARGS...]\n"
+	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf show TRACE --forward N [--module REGEX]\n"
+	"  evmbpf forwards TRACE [--json]\n"
+	"\n"
+	"Traces the torch.nn.Module calls of an unmodified CPython + PyTorch process with\n"
+	"eBPF uprobes and writes the module trace (schema 1.1) that the in-process tracer\n"
+	"would have written. The target is only read, never changed; when evmbpf stops,\n"
+	"every probe is gone and the target runs on.\n"
+	"\n"
+	"OPTIONS\n"
+	"  -p, --pid PID        attach to a running process (its pid as the host sees it)\n"
+	"  -o, --out FILE       write the trace here (\"-\" for stdout); created with mode\n"
+	"                       0600, never over an existing file unless --force\n"
+	"      --force          overwrite FILE if it exists\n"
+	"  -m, --modules REGEX  trace only modules whose path matches (POSIX extended regex,\n"
+	"                       searched anywhere in the path, like re.search)\n"
+	"  -t, --tail N         keep only the last N events in memory and write them at the end\n"
+	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
+	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
+	"  -h, --help           this text\n"
+	"\n"
+	"Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE. Supports CPython 3.9 to 3.14\n"
+	"(release builds with the GIL) and the torch versions listed in the README.\n"
+	"\n"
+	"EXAMPLES\n"
+	"  sudo evmbpf --pid 1234 --out trace.jsonl        attach; Ctrl-C or the target's exit ends it\n"
+	"  sudo evmbpf --out trace.jsonl -- python3 eval.py  launch and trace from the first call\n"
+	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.[0-9]+$' --tail 5000\n"
+	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
+	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n";
+
+static int parse_long(const char *s, const char *what, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < min || v > max) {
+		warnx_("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, s);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int is_reader(const char *cmd)
+{
+	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && is_reader(argv[1]))
+		return readers_main(argc - 1, argv + 1);
+
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "modules", required_argument, NULL, 'm' },
+		{ "tail", required_argument, NULL, 't' },
+		{ "force", no_argument, NULL, 'F' },
+		{ "ringbuf-mb", required_argument, NULL, 'R' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct tracer_opts opts = { .ringbuf_mb = 16 };
+	long v;
+	int c;
+	while ((c = getopt_long(argc, argv, "+p:o:m:t:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
+				return 2;
+			opts.pid = (pid_t)v;
+			break;
+		case 'o':
+			if (!*optarg) {
+				warnx_("--out must name a file");
+				return 2;
+			}
+			opts.out = optarg;
+			break;
+		case 'm': {
+			regex_t re;
+			if (!*optarg || regcomp(&re, optarg, REG_EXTENDED | REG_NOSUB)) {
+				warnx_("--modules is not a valid regular expression: '%s'", optarg);
+				return 2;
+			}
+			regfree(&re);
+			opts.trace.modules = optarg;
+			break;
+		}
+		case 't':
+			if (parse_long(optarg, "--tail", 1, 100000000, &v))
+				return 2;
+			opts.trace.tail = v;
+			break;
+		case 'F':
+			opts.force = 1;
+			break;
+		case 'R':
+			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
+				return 2;
+			if (v & (v - 1)) {
+				warnx_("--ringbuf-mb must be a power of two");
+				return 2;
+			}
+			opts.ringbuf_mb = v;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			fputs("Try 'evmbpf --help'.\n", stderr);
+			return 2;
+		}
+	}
+	if (optind < argc)
+		opts.command = argv + optind;
+	if (!opts.out) {
+		warnx_("--out FILE is required (see evmbpf --help)");
+		return 2;
+	}
+	if (!opts.pid == !opts.command) {
+		warnx_(opts.pid ? "give either --pid or a command after --, not both"
+				: "give --pid PID, or a command after -- (see evmbpf --help)");
+		return 2;
+	}
+	return tracer_run(&opts);
+}

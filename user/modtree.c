@@ -1,0 +1,133 @@
+#include "modtree.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+#define MAX_MODULES (1u << 20)
+#define MAX_DEPTH 64
+
+static size_t slot_of(uint64_t obj, size_t cap)
+{
+	return (size_t)((obj >> 4) * 0x9E3779B97F4A7C15ULL) & (cap - 1);
+}
+
+static void grow(struct modtree *t);
+
+static struct mod_entry *insert(struct modtree *t, uint64_t obj)
+{
+	if ((t->count + 1) * 2 > t->cap)
+		grow(t);
+	size_t i = slot_of(obj, t->cap);
+	while (t->slots[i].obj) {
+		if (t->slots[i].obj == obj)
+			return NULL;
+		i = (i + 1) & (t->cap - 1);
+	}
+	t->slots[i].obj = obj;
+	t->count++;
+	return &t->slots[i];
+}
+
+static void grow(struct modtree *t)
+{
+	struct modtree bigger = { .cap = t->cap ? t->cap * 2 : 256 };
+	bigger.slots = xcalloc(bigger.cap, sizeof(*bigger.slots));
+	for (size_t i = 0; i < t->cap; i++) {
+		if (!t->slots[i].obj)
+			continue;
+		size_t j = slot_of(t->slots[i].obj, bigger.cap);
+		while (bigger.slots[j].obj)
+			j = (j + 1) & (bigger.cap - 1);
+		bigger.slots[j] = t->slots[i];
+		bigger.count++;
+	}
+	free(t->slots);
+	*t = bigger;
+}
+
+struct mod_entry *modtree_find(const struct modtree *t, uint64_t obj)
+{
+	if (!t->cap || !obj)
+		return NULL;
+	size_t i = slot_of(obj, t->cap);
+	while (t->slots[i].obj) {
+		if (t->slots[i].obj == obj)
+			return &t->slots[i];
+		i = (i + 1) & (t->cap - 1);
+	}
+	return NULL;
+}
+
+struct walk {
+	struct modtree *t;
+	const struct pyreader *r;
+	const char *prefix;
+	int depth;
+	int failed;
+};
+
+static void visit(struct walk *w, uint64_t obj, const char *path);
+
+static int child(void *arg, uint64_t key, uint64_t value)
+{
+	struct walk *w = arg;
+	char name[256];
+	if (value == 0 || py_str(w->r, key, name, sizeof(name)) < 0)
+		return 0;
+	/* `None` children are skipped by named_modules */
+	char tname[16];
+	if (py_type_name(w->r, py_type(w->r, value), tname, sizeof(tname)) == 0 &&
+	    !strcmp(tname, "NoneType"))
+		return 0;
+	struct buf path = {0};
+	if (w->prefix[0])
+		buf_printf(&path, "%s.%s", w->prefix, name);
+	else
+		buf_puts(&path, name);
+	visit(w, value, path.data);
+	buf_free(&path);
+	return 0;
+}
+
+static void visit(struct walk *w, uint64_t obj, const char *path)
+{
+	if (w->t->count >= MAX_MODULES || w->depth >= MAX_DEPTH)
+		return;
+	struct mod_entry *e = insert(w->t, obj);
+	if (!e)
+		return; /* reachable twice: the first name stays */
+	char tname[256] = "?";
+	py_type_name(w->r, py_type(w->r, obj), tname, sizeof(tname));
+	e->path = xstrdup(path[0] ? path : "<root>");
+	e->type_name = xstrdup(tname);
+	e->traced = 1;
+	uint64_t modules = py_instance_attr(w->r, obj, "_modules");
+	if (!modules) {
+		w->failed |= w->depth == 0;
+		return;
+	}
+	struct walk sub = *w;
+	sub.prefix = path;
+	sub.depth = w->depth + 1;
+	py_dict_items(w->r, modules, child, &sub);
+}
+
+int modtree_build(struct modtree *t, const struct pyreader *r, uint64_t root)
+{
+	modtree_free(t);
+	struct walk w = { .t = t, .r = r, .prefix = "" };
+	visit(&w, root, "");
+	return w.failed ? -1 : (int)t->count;
+}
+
+void modtree_free(struct modtree *t)
+{
+	for (size_t i = 0; i < t->cap; i++) {
+		free(t->slots[i].path);
+		free(t->slots[i].type_name);
+	}
+	free(t->slots);
+	memset(t, 0, sizeof(*t));
+}

@@ -1,0 +1,359 @@
+#include "target.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "elfsym.h"
+#include "util.h"
+
+struct mapping {
+	uint64_t start, end, offset;
+	char perms[8];
+	char path[PATH_MAX];
+};
+
+typedef int (*mapping_fn)(void *arg, const struct mapping *m);
+
+static int each_mapping(pid_t pid, mapping_fn fn, void *arg)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "/proc/%d/maps", pid);
+	FILE *f = fopen(name, "re");
+	if (!f)
+		return -1;
+	char line[PATH_MAX + 128];
+	int rc = 0;
+	while (fgets(line, sizeof(line), f)) {
+		struct mapping m = {0};
+		int pos = 0;
+		if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %n", &m.start, &m.end, m.perms, &m.offset,
+			   &pos) < 4)
+			continue;
+		char *p = line + pos;
+		p[strcspn(p, "\n")] = 0;
+		if (*p != '/')
+			continue;
+		snprintf(m.path, sizeof(m.path), "%s", p);
+		if ((rc = fn(arg, &m)))
+			break;
+	}
+	fclose(f);
+	return rc;
+}
+
+static void open_path(const struct target *t, const char *path, char *dst, size_t cap)
+{
+	if ((size_t)snprintf(dst, cap, "%s%s", t->root, path) >= cap)
+		dst[0] = 0;
+}
+
+struct py_search {
+	struct target *t;
+	char seen[16][PATH_MAX];
+	int nseen;
+	int found;
+};
+
+static int find_runtime(void *arg, const struct mapping *m)
+{
+	struct py_search *s = arg;
+	for (int i = 0; i < s->nseen; i++)
+		if (!strcmp(s->seen[i], m->path))
+			return 0;
+	if (s->nseen < 16)
+		snprintf(s->seen[s->nseen++], PATH_MAX, "%s", m->path);
+	const char *base = strrchr(m->path, '/');
+	base = base ? base + 1 : m->path;
+	/* the interpreter lives in python3.X or libpython3.X.so */
+	if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9))
+		return 0;
+	char host[PATH_MAX];
+	open_path(s->t, m->path, host, sizeof(host));
+	struct elf_file *f = elf_file_open(host);
+	uint64_t v;
+	int has = f && !elf_file_symbol(f, "_PyRuntime", &v, NULL);
+	elf_file_close(f);
+	if (!has)
+		return 0;
+	snprintf(s->t->py_path, sizeof(s->t->py_path), "%s", m->path);
+	snprintf(s->t->py_open, sizeof(s->t->py_open), "%s", host);
+	s->found = 1;
+	return 1;
+}
+
+struct bias_search {
+	const char *path;
+	uint64_t start;
+	int found;
+};
+
+static int find_first_map(void *arg, const struct mapping *m)
+{
+	struct bias_search *b = arg;
+	if (strcmp(m->path, b->path) || m->offset != 0)
+		return 0;
+	b->start = m->start;
+	b->found = 1;
+	return 1;
+}
+
+static int version_from_name(const char *path, int *major, int *minor)
+{
+	const char *p = strstr(path, "python3.");
+	if (!p)
+		return -1;
+	*major = 3;
+	*minor = atoi(p + 8);
+	return *minor > 0 ? 0 : -1;
+}
+
+static int read_version(struct target *t, struct elf_file *f)
+{
+	uint64_t v;
+	uint32_t hex;
+	if (!elf_file_symbol(f, "Py_Version", &v, NULL) && !elf_file_read(f, v, &hex, 4)) {
+		t->major = hex >> 24;
+		t->minor = (hex >> 16) & 0xff;
+		t->micro = (hex >> 8) & 0xff;
+		return 0;
+	}
+	/* 3.9 and 3.10 have no Py_Version: the version is in the file's name */
+	return version_from_name(t->py_path, &t->major, &t->minor);
+}
+
+/* slot_tp_call is static. Without symbols, find it through the slotdefs table, whose
+ * "__call__" entry is {name, offsetof(PyTypeObject, tp_call), slot_tp_call, ...}: read
+ * from the live process, where the pointers are relocated. */
+struct slot_scan {
+	struct target *t;
+	uint64_t names[8];
+	int nnames;
+	uint64_t found;
+};
+
+static int scan_slotdefs(void *arg, const struct mapping *m)
+{
+	struct slot_scan *s = arg;
+	if (strcmp(m->path, s->t->py_path) || m->perms[0] != 'r' || m->perms[2] == 'x')
+		return 0;
+	size_t len = m->end - m->start;
+	if (len > (64u << 20))
+		return 0;
+	uint8_t *data = malloc(len);
+	if (!data)
+		return 0;
+	if (!pm_read(&s->t->reader, m->start, data, len)) {
+		for (size_t i = 0; i + 24 <= len; i += 8) {
+			uint64_t name, fn;
+			int32_t off;
+			memcpy(&name, data + i, 8);
+			for (int k = 0; k < s->nnames; k++) {
+				if (name != s->names[k])
+					continue;
+				memcpy(&off, data + i + 8, 4);
+				memcpy(&fn, data + i + 16, 8);
+				if (off == s->t->off->tp_call) {
+					s->found = fn;
+					free(data);
+					return 1;
+				}
+			}
+		}
+	}
+	free(data);
+	return 0;
+}
+
+static int find_slot_tp_call(struct target *t, struct elf_file *f)
+{
+	uint64_t v;
+	if (!elf_file_symbol(f, "slot_tp_call", &v, NULL)) {
+		t->slot_tp_call = v + t->py_bias;
+		t->slot_tp_call_found_by = 0;
+		return 0;
+	}
+	struct slot_scan s = { .t = t };
+	s.nnames = elf_file_find(f, "__call__", 9, s.names, 8);
+	for (int i = 0; i < s.nnames; i++)
+		s.names[i] += t->py_bias;
+	if (!s.nnames || each_mapping(t->pid, scan_slotdefs, &s) <= 0 || !s.found)
+		return -1;
+	if (!elf_file_is_code(f, s.found - t->py_bias))
+		return -1;
+	t->slot_tp_call = s.found;
+	t->slot_tp_call_found_by = 1;
+	return 0;
+}
+
+/* Uprobes on an endbr64 are single-stepped (about 23 us a hit): probe one past it. */
+static int probe_offset(struct elf_file *f, uint64_t vaddr, uint64_t *offset)
+{
+	static const uint8_t endbr64[4] = { 0xf3, 0x0f, 0x1e, 0xfa };
+	uint8_t insn[4];
+	if (elf_file_vaddr_to_offset(f, vaddr, offset))
+		return -1;
+	if (!elf_file_read(f, vaddr, insn, 4) && !memcmp(insn, endbr64, 4))
+		*offset += 4;
+	return 0;
+}
+
+static int runtime_symbol(struct target *t, struct elf_file *f, const char *name, uint64_t *out)
+{
+	uint64_t v;
+	if (elf_file_symbol(f, name, &v, NULL))
+		return -1;
+	*out = v + t->py_bias;
+	return 0;
+}
+
+int target_is_python(pid_t pid)
+{
+	struct target t = { .pid = pid };
+	snprintf(t.root, sizeof(t.root), "/proc/%d/root", pid);
+	struct py_search s = { .t = &t };
+	each_mapping(pid, find_runtime, &s);
+	return s.found;
+}
+
+int target_inspect(struct target *t, pid_t pid)
+{
+	memset(t, 0, sizeof(*t));
+	t->pid = pid;
+	snprintf(t->root, sizeof(t->root), "/proc/%d/root", pid);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d", pid);
+	struct stat st;
+	if (stat(path, &st)) {
+		warnx_("no process %d: check the pid (as the host sees it: `ps -e`)", pid);
+		return -1;
+	}
+	struct py_search s = { .t = t };
+	if (each_mapping(pid, find_runtime, &s) < 0) {
+		warnx_("cannot read /proc/%d/maps: %s (evmbpf needs root, or CAP_SYS_PTRACE)", pid,
+		       strerror(errno));
+		return -1;
+	}
+	if (!s.found) {
+		warnx_("process %d is not a Python interpreter: no mapped file defines _PyRuntime "
+		       "(point --pid at the python process itself, not a shell or launcher)", pid);
+		return -1;
+	}
+	struct elf_file *f = elf_file_open(t->py_open);
+	if (!f) {
+		warnx_("cannot open %s: %s", t->py_open, strerror(errno));
+		return -1;
+	}
+	int rc = -1;
+	uint64_t dummy;
+	if (read_version(t, f)) {
+		warnx_("cannot tell which Python %s is (no Py_Version, no version in its name)",
+		       t->py_path);
+		goto out;
+	}
+	if (!elf_file_symbol(f, "_Py_RefTotal", &dummy, NULL) ||
+	    !elf_file_symbol(f, "_Py_NegativeRefcount", &dummy, NULL)) {
+		warnx_("%s is a debug build of Python %d.%d, whose object layouts differ; evmbpf "
+		       "reads release builds only", t->py_path, t->major, t->minor);
+		goto out;
+	}
+	if (!elf_file_symbol(f, "_Py_brc_queue_object", &dummy, NULL) ||
+	    strstr(t->py_path, "python3.13t") || strstr(t->py_path, "python3.14t")) {
+		warnx_("%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads "
+		       "builds with the GIL only", t->py_path, t->major, t->minor);
+		goto out;
+	}
+	t->off = pyoffsets_for(t->major, t->minor);
+	if (!t->off) {
+		warnx_("Python %d.%d is not supported (evmbpf reads CPython 3.9 to 3.14)", t->major,
+		       t->minor);
+		goto out;
+	}
+	t->reader.pid = pid;
+	t->reader.off = t->off;
+	struct bias_search b = { .path = t->py_path };
+	each_mapping(pid, find_first_map, &b);
+	if (!b.found) {
+		warnx_("cannot find where %s is mapped in process %d", t->py_path, pid);
+		goto out;
+	}
+	t->py_bias = b.start - elf_file_base_vaddr(f);
+	if (runtime_symbol(t, f, "_Py_NoneStruct", &t->none_obj) ||
+	    runtime_symbol(t, f, "PyBool_Type", &t->bool_type) ||
+	    runtime_symbol(t, f, "PyFloat_Type", &t->float_type) ||
+	    runtime_symbol(t, f, "PyBaseObject_Type", &t->object_type)) {
+		warnx_("%s lacks the exported C-API symbols evmbpf needs", t->py_path);
+		goto out;
+	}
+	/* sanity: None's type must be readable now */
+	if (!py_type(&t->reader, t->none_obj)) {
+		warnx_("cannot read the memory of process %d (evmbpf needs root, or CAP_SYS_PTRACE)",
+		       pid);
+		goto out;
+	}
+	if (find_slot_tp_call(t, f) ||
+	    probe_offset(f, t->slot_tp_call - t->py_bias, &t->slot_tp_call_off)) {
+		warnx_("cannot find slot_tp_call in %s (no symbol, and no slotdefs table found)",
+		       t->py_path);
+		goto out;
+	}
+	uint64_t v;
+	if (elf_file_symbol(f, "PyErr_Display", &v, NULL) || probe_offset(f, v, &t->err_display_off))
+		t->err_display_off = 0;
+	target_find_torch(t);
+	rc = 0;
+out:
+	elf_file_close(f);
+	return rc;
+}
+
+static int find_torch_lib(void *arg, const struct mapping *m)
+{
+	struct target *t = arg;
+	const char *base = strrchr(m->path, '/');
+	if (!base || strcmp(base + 1, "libtorch_python.so"))
+		return 0;
+	snprintf(t->torch_lib, sizeof(t->torch_lib), "%s", m->path);
+	return 1;
+}
+
+int target_find_torch(struct target *t)
+{
+	if (t->torch_version[0])
+		return 1;
+	if (each_mapping(t->pid, find_torch_lib, t) <= 0)
+		return 0;
+	/* .../torch/lib/libtorch_python.so -> .../torch/version.py */
+	char dir[PATH_MAX], file[PATH_MAX + 80];
+	snprintf(dir, sizeof(dir), "%s", t->torch_lib);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(file, sizeof(file), "%s%s/version.py", t->root, dir);
+	FILE *f = fopen(file, "re");
+	snprintf(t->torch_version, sizeof(t->torch_version), "unknown");
+	if (!f)
+		return 1;
+	char line[256];
+	while (fgets(line, sizeof(line), f)) {
+		char *q;
+		if (strncmp(line, "__version__", 11) || !(q = strpbrk(line, "'\"")))
+			continue;
+		char quote = *q++;
+		char *end = strchr(q, quote);
+		if (end) {
+			*end = 0;
+			snprintf(t->torch_version, sizeof(t->torch_version), "%s", q);
+		}
+		break;
+	}
+	fclose(f);
+	return 1;
+}

@@ -1,0 +1,42 @@
+/* The process being traced: which Python it runs, where its functions and types are. */
+#ifndef EVMBPF_TARGET_H
+#define EVMBPF_TARGET_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "procmem.h"
+
+struct target {
+	pid_t pid;
+	char root[64];                /* /proc/PID/root: the target's view of the files */
+	char py_path[PATH_MAX];       /* the ELF holding the interpreter, as the target names it */
+	char py_open[PATH_MAX];       /* the same, as evmbpf opens it */
+	uint64_t py_bias;             /* runtime address = link-time address + bias */
+	int major, minor, micro;
+	const struct py_offsets *off;
+	struct pyreader reader;
+	/* runtime addresses */
+	uint64_t none_obj, bool_type, float_type, object_type;
+	uint64_t slot_tp_call;
+	/* file offsets for uprobes */
+	uint64_t slot_tp_call_off;    /* + 4 past an endbr64 */
+	uint64_t err_display_off;
+	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
+	char torch_version[64];       /* "" until torch is imported */
+	char torch_lib[PATH_MAX];     /* libtorch_python.so as the target names it */
+	char pidns[32], tidns_note[8];
+	uint64_t pid_ns_inode;
+	int root_fd;                  /* the target's root directory, kept open: source lines */
+};
+
+/* Fill t for a running pid. On failure prints one line naming the problem and what to
+ * do about it, and returns -1. */
+int target_inspect(struct target *t, pid_t pid);
+/* Look for torch in the target's mappings; fills torch_version. 1 when found. */
+int target_find_torch(struct target *t);
+/* Is the file mapped in the process an interpreter? (for launch mode: 1 yes, 0 no) */
+int target_is_python(pid_t pid);
+
+#endif

@@ -1,0 +1,654 @@
+#include "trace.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "describe.h"
+#include "jsonw.h"
+
+#define DEFAULT_PHASE "other"
+#define ROOT_NAME "<root>"
+#define TRACER_VERSION "0.1"
+
+/* ---------------------------------------------------------------- output */
+
+static void write_line(struct trace *t, struct buf *line)
+{
+	buf_putc(line, '\n');
+	if (t->opts.tail > 0) {
+		size_t cap = (size_t)t->opts.tail;
+		size_t slot = (t->ring_head + t->ring_count) % cap;
+		if (t->ring_count == cap) {
+			free(t->ring[t->ring_head]);
+			t->ring_head = (t->ring_head + 1) % cap;
+			slot = (t->ring_head + t->ring_count - 1) % cap;
+		} else {
+			t->ring_count++;
+		}
+		t->ring[slot] = line->data;
+		line->data = NULL;
+		line->len = line->cap = 0;
+		return;
+	}
+	if (t->write_failed)
+		return;
+	if (fwrite(line->data, 1, line->len, t->out) != line->len) {
+		t->write_failed = errno ? errno : EIO;
+	}
+}
+
+/* Close an event: the reference's "i", then the extension keys. */
+static void finish_event(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts)
+{
+	buf_printf(ev, ", \"i\": %lld", (long long)++t->seq);
+	if (tid)
+		buf_printf(ev, ", \"tid\": %u, \"ts_ns\": %llu", tid,
+			   (unsigned long long)(ts + t->boot_to_realtime_ns));
+	buf_putc(ev, '}');
+	write_line(t, ev);
+	buf_free(ev);
+	t->events++;
+}
+
+static void write_created(struct buf *b)
+{
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	char when[64];
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S+00:00", &tm);
+	jw_cstr(b, when);
+}
+
+static void write_header(struct trace *t)
+{
+	if (t->header_written)
+		return;
+	t->header_written = 1;
+	target_find_torch(t->target);
+	struct buf b = {0};
+	int f = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &f, "event"), jw_cstr(&b, "header");
+	jw_key(&b, &f, "trace_schema_version"), jw_cstr(&b, "1.1");
+	jw_key(&b, &f, "created"), write_created(&b);
+	jw_key(&b, &f, "config");
+	int c = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &c, "enabled"), jw_bool(&b, 1);
+	jw_key(&b, &c, "modules"), jw_cstr(&b, t->opts.modules);
+	jw_key(&b, &c, "numeric"), jw_bool(&b, 0);
+	jw_key(&b, &c, "stop_on_nonfinite"), jw_bool(&b, 0);
+	jw_key(&b, &c, "tail");
+	if (t->opts.tail > 0)
+		jw_int(&b, t->opts.tail);
+	else
+		jw_null(&b);
+	jw_key(&b, &c, "sync"), jw_bool(&b, 0);
+	jw_key(&b, &c, "sample_stats"), jw_bool(&b, 0);
+	jw_key(&b, &c, "extremes"), jw_int(&b, 0);
+	jw_key(&b, &c, "extremes_modules"), jw_null(&b);
+	jw_key(&b, &c, "axes"), jw_null(&b);
+	jw_key(&b, &c, "axes_modules"), jw_null(&b);
+	jw_key(&b, &c, "routing"), jw_null(&b);
+	jw_key(&b, &c, "chunk_elements"), jw_null(&b);
+	jw_key(&b, &c, "trace_schema_version"), jw_cstr(&b, "1.1");
+	buf_putc(&b, '}');
+	jw_key(&b, &f, "model_type"), jw_null(&b);
+	jw_key(&b, &f, "torch"), jw_cstr(&b, t->target->torch_version[0] ? t->target->torch_version : NULL);
+	jw_key(&b, &f, "cuda"), jw_bool(&b, 0);
+	buf_printf(&b, ", \"i\": %lld", (long long)++t->seq);
+	/* extension: who wrote this trace, and in which pid namespace its pids and tids are */
+	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" TRACER_VERSION "\"");
+	buf_printf(&b, ", \"pid\": %d, \"python\": \"%d.%d\", \"probe\": \"slot_tp_call\"", t->target->pid,
+		   t->target->major, t->target->minor);
+	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"}",
+		   (unsigned long long)t->target->pid_ns_inode);
+	buf_putc(&b, '}');
+	write_line(t, &b);
+	buf_free(&b);
+	t->events++;
+}
+
+/* ---------------------------------------------------------------- stacks */
+
+static struct thread_stack *thread_of(struct trace *t, uint32_t tid)
+{
+	for (size_t i = 0; i < t->nthreads; i++)
+		if (t->threads[i].tid == tid)
+			return &t->threads[i];
+	t->threads = xrealloc(t->threads, (t->nthreads + 1) * sizeof(*t->threads));
+	struct thread_stack *s = &t->threads[t->nthreads++];
+	memset(s, 0, sizeof(*s));
+	s->tid = tid;
+	return s;
+}
+
+static const char *current_phase(struct trace *t, uint32_t tid)
+{
+	(void)t;
+	(void)tid;
+	return DEFAULT_PHASE;
+}
+
+static void frame_free(struct frame *f)
+{
+	free(f->phase);
+	free(f->args);
+}
+
+static void emit_unwound(struct trace *t, struct thread_stack *s, size_t from, const char *reason)
+{
+	size_t n = s->depth - from;
+	for (size_t k = 0; k < n; k++) {
+		struct frame *f = &s->frames[from + k];
+		struct buf b = {0};
+		int first = 1;
+		buf_putc(&b, '{');
+		jw_key(&b, &first, "event"), jw_cstr(&b, "unwound");
+		jw_key(&b, &first, "module"), jw_cstr(&b, f->mod->path);
+		jw_key(&b, &first, "type"), jw_cstr(&b, f->mod->type_name);
+		/* the reference's depth: len(stack) - len(frames) + position */
+		jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)(s->depth - n + k));
+		jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
+		jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+		jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
+		jw_key(&b, &first, "args"), buf_puts(&b, f->args);
+		jw_key(&b, &first, "deepest"), jw_bool(&b, k == n - 1);
+		jw_key(&b, &first, "reason"), jw_cstr(&b, reason);
+		finish_event(t, &b, s->tid, 0);
+	}
+}
+
+static void truncate_stack(struct thread_stack *s, size_t depth)
+{
+	while (s->depth > depth)
+		frame_free(&s->frames[--s->depth]);
+}
+
+static void reconcile(struct trace *t, struct thread_stack *s, const char *reason)
+{
+	if (!s->depth)
+		return;
+	emit_unwound(t, s, 0, reason);
+	truncate_stack(s, 0);
+}
+
+/* ---------------------------------------------------------------- types */
+
+static const char *type_name_cb(void *arg, uint64_t type)
+{
+	struct trace *t = arg;
+	/* small direct-mapped cache; names of live types do not change */
+	static struct { uint64_t type; char name[128]; } cache[1024];
+	size_t i = (type >> 4) & 1023;
+	if (cache[i].type == type && type)
+		return cache[i].name;
+	char name[128] = "?";
+	if (type && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0) {
+		cache[i].type = type;
+		snprintf(cache[i].name, sizeof(cache[i].name), "%s", name);
+		return cache[i].name;
+	}
+	return "?";
+}
+
+/* ---------------------------------------------------------------- records */
+
+static int set_root(struct trace *t, uint64_t self)
+{
+	int n = modtree_build(&t->mods, &t->target->reader, self);
+	if (n < 0) {
+		warnx_("warning: cannot read the model's submodules (its _modules dict); "
+		       "only the root is named");
+	}
+	t->root = self;
+	if (t->has_pattern) {
+		for (size_t i = 0; i < t->mods.cap; i++) {
+			struct mod_entry *e = &t->mods.slots[i];
+			if (e->obj)
+				e->traced = regexec(&t->pattern, e->path, 0, NULL, 0) == 0;
+		}
+	}
+	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
+	return 0;
+}
+
+static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts)
+{
+	struct buf b = {0};
+	int first = 1;
+	t->forward_id++;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "forward");
+	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, current_phase(t, tid));
+	jw_key(&b, &first, "samples"), jw_null(&b);
+	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	finish_event(t, &b, tid, ts);
+}
+
+static int describe_call(struct trace *t, const struct rec_call *r, size_t size,
+			 struct buf *args, struct buf *kwargs)
+{
+	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
+	int err = describe_args(t->dctx, &c, args);
+	if (!err)
+		err = describe_kwargs(t->dctx, &c, kwargs);
+	return err;
+}
+
+static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
+{
+	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	if (!t->root && s->depth == 0)
+		set_root(t, r->self);
+	struct mod_entry *mod = modtree_find(&t->mods, r->self);
+	if (r->self == t->root) {
+		reconcile(t, s, "a new forward began");
+		begin_forward(t, r->hdr.tid, r->hdr.ts_ns);
+	}
+	if (!mod) {
+		t->unknown_modules++;
+		return;
+	}
+	if (!mod->traced)
+		return;
+
+	struct buf args = {0}, kwargs = {0};
+	if (describe_call(t, r, size, &args, &kwargs))
+		debugx("malformed description in an enter record of %s", mod->path);
+	if (!args.data)
+		buf_puts(&args, "[]");
+	if (!kwargs.data)
+		buf_puts(&kwargs, "{}");
+
+	if (s->depth == s->cap) {
+		s->cap = s->cap ? s->cap * 2 : 16;
+		s->frames = xrealloc(s->frames, s->cap * sizeof(*s->frames));
+	}
+	struct frame *f = &s->frames[s->depth++];
+	f->mod = mod;
+	f->call_id = ++t->call_id;
+	f->phase = xstrdup(current_phase(t, r->hdr.tid));
+	f->args = xstrdup(args.data);
+
+	struct buf b = {0};
+	int first = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "enter");
+	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
+	jw_key(&b, &first, "type"), jw_cstr(&b, mod->type_name);
+	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth - 1);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
+	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
+	jw_key(&b, &first, "args"), buf_puts(&b, args.data);
+	jw_key(&b, &first, "kwargs"), buf_puts(&b, kwargs.data);
+	jw_key(&b, &first, "mem"), jw_null(&b);
+	finish_event(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	buf_free(&args);
+	buf_free(&kwargs);
+}
+
+/* The reference's _pop_to: the innermost frame of this path; frames above it never
+ * returned (an exception left them and something in between caught it). */
+static int pop_to(struct trace *t, struct thread_stack *s, const char *path, struct frame *out)
+{
+	for (size_t i = s->depth; i-- > 0;) {
+		if (strcmp(s->frames[i].mod->path, path))
+			continue;
+		if (i + 1 < s->depth) {
+			emit_unwound(t, s, i + 1, "an inner module did not return");
+			truncate_stack(s, i + 1);
+		}
+		*out = s->frames[--s->depth];
+		return 1;
+	}
+	return 0;
+}
+
+static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
+{
+	if (r->flags & REC_F_EXCEPTION)
+		return; /* no exit hook fires: the frame stays on the stack */
+	struct mod_entry *mod = modtree_find(&t->mods, r->self);
+	if (!mod || !mod->traced)
+		return;
+	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	struct buf out = {0};
+	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
+	if (describe_value(t->dctx, &c, &out))
+		debugx("malformed description in an exit record of %s", mod->path);
+	struct frame f = {0};
+	int found = pop_to(t, s, mod->path, &f);
+
+	struct buf b = {0};
+	int first = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "exit");
+	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
+	jw_key(&b, &first, "type"), found ? jw_cstr(&b, f.mod->type_name) : jw_null(&b);
+	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, current_phase(t, r->hdr.tid));
+	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "call"), found ? jw_int(&b, f.call_id) : jw_null(&b);
+	jw_key(&b, &first, "output"), buf_puts(&b, out.data ? out.data : "null");
+	if (!found)
+		jw_key(&b, &first, "orphan"), jw_bool(&b, 1);
+	finish_event(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	buf_free(&out);
+	if (found)
+		frame_free(&f);
+}
+
+static void on_module_type(struct trace *t, const struct rec_module_type *r)
+{
+	const struct pyreader *pr = &t->target->reader;
+	uint64_t dict = pm_u64(pr, r->module_type + t->target->off->tp_dict, NULL);
+	uint64_t mod = py_dict_get_str(pr, dict, "__module__");
+	char name[128] = "";
+	if (mod)
+		py_str(pr, mod, name, sizeof(name));
+	if (strcmp(name, "torch.nn.modules.module"))
+		debugx("a class named Module from %s is taken for torch.nn.Module",
+		       name[0] ? name : "an unknown module");
+}
+
+void trace_record(struct trace *t, const void *data, size_t size)
+{
+	const struct rec_hdr *h = data;
+	if (size < sizeof(*h) || h->size > size)
+		return;
+	t->records++;
+	switch (h->kind) {
+	case REC_ENTER:
+		if (size < sizeof(struct rec_call))
+			return;
+		write_header(t);
+		on_enter(t, data, size);
+		break;
+	case REC_EXIT:
+		if (size < sizeof(struct rec_call))
+			return;
+		on_exit_(t, data, size);
+		break;
+	case REC_EXCEPTION:
+		if (size < sizeof(struct rec_exception))
+			return;
+		if (!t->last_exc)
+			t->last_exc = xmalloc(sizeof(*t->last_exc));
+		memcpy(t->last_exc, data, sizeof(*t->last_exc));
+		break;
+	case REC_MODULE_TYPE:
+		if (size >= sizeof(struct rec_module_type))
+			on_module_type(t, data);
+		break;
+	}
+}
+
+/* ---------------------------------------------------------------- the end */
+
+static void source_line(struct trace *t, const char *file, int lineno, struct buf *out)
+{
+	if (lineno <= 0 || file[0] != '/' || t->target->root_fd < 0)
+		return;
+	int fd = openat(t->target->root_fd, file + 1, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	int n = 0;
+	while (getline(&line, &cap, f) >= 0) {
+		if (++n < lineno)
+			continue;
+		char *p = line, *end = line + strlen(line);
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
+			p++;
+		while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' ||
+				   end[-1] == '\r' || end[-1] == '\f' || end[-1] == '\v'))
+			*--end = 0;
+		if (*p)
+			buf_printf(out, "    %s\n", p);
+		break;
+	}
+	free(line);
+	fclose(f);
+}
+
+static const char *exc_short_name(const char *tp_name)
+{
+	const char *dot = strrchr(tp_name, '.');
+	return dot ? dot + 1 : tp_name;
+}
+
+static void write_error(struct trace *t, const char *exc_type, const char *message,
+			const struct rec_exception *e, uint32_t tid)
+{
+	struct thread_stack *s = NULL;
+	for (size_t i = 0; i < t->nthreads && !s; i++)
+		if (t->threads[i].tid == tid && t->threads[i].depth)
+			s = &t->threads[i];
+	for (size_t i = 0; i < t->nthreads && !s; i++)
+		if (t->threads[i].depth)
+			s = &t->threads[i];
+	const struct frame *deepest = s ? &s->frames[s->depth - 1] : NULL;
+
+	struct buf b = {0};
+	int first = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "error");
+	jw_key(&b, &first, "exc_type"), jw_cstr(&b, exc_type);
+	jw_key(&b, &first, "message"), jw_cstr(&b, message);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : current_phase(t, tid));
+	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
+	jw_key(&b, &first, "inspection"), jw_null(&b);
+	jw_key(&b, &first, "detected_at"), jw_null(&b);
+	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "samples"), jw_null(&b);
+	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	jw_key(&b, &first, "mem"), jw_null(&b);
+	jw_key(&b, &first, "traceback");
+	buf_putc(&b, '[');
+	if (e) {
+		/* traceback.format_exception(...)[-12:]: header, one string a frame, the last line */
+		size_t total = e->total_frames + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
+		int firstline = 1;
+		struct buf item = {0};
+#define ITEM()                                                       \
+	do {                                                         \
+		if (idx++ >= skip) {                                 \
+			if (!firstline)                              \
+				buf_puts(&b, ", ");                  \
+			firstline = 0;                               \
+			jw_str(&b, item.data ? item.data : "", item.len); \
+		}                                                    \
+		buf_free(&item);                                     \
+	} while (0)
+		buf_puts(&item, "Traceback (most recent call last):\n");
+		ITEM();
+		size_t have = e->nframes, start_frame = e->total_frames - have;
+		for (size_t k = 0; k < e->total_frames; k++) {
+			if (k < start_frame) {
+				idx++;
+				continue;
+			}
+			const struct tb_entry *tb = &e->tb[k % EXC_TB_MAX];
+			buf_printf(&item, "  File \"%s\", line %d, in %s\n", tb->filename, tb->lineno,
+				   tb->func);
+			source_line(t, tb->filename, tb->lineno, &item);
+			ITEM();
+		}
+		if (message[0])
+			buf_printf(&item, "%s: %s\n", exc_type, message);
+		else
+			buf_printf(&item, "%s\n", exc_type);
+		ITEM();
+#undef ITEM
+	}
+	buf_putc(&b, ']');
+	finish_event(t, &b, tid, 0);
+}
+
+static void reconcile_all(struct trace *t, const char *reason)
+{
+	for (size_t i = 0; i < t->nthreads; i++)
+		reconcile(t, &t->threads[i], reason);
+}
+
+void trace_finish(struct trace *t, int exit_code)
+{
+	if (t->ended)
+		return;
+	t->ended = 1;
+	write_header(t);
+	if (exit_code >= 0 && (exit_code & 0x7f) && (exit_code & 0x7f) != 0x7f) {
+		int sig = exit_code & 0x7f;
+		char name[32], msg[96];
+		const char *abbrev = sigabbrev_np(sig);
+		snprintf(name, sizeof(name), "SIG%s", abbrev ? abbrev : "?");
+		snprintf(msg, sizeof(msg), "the process was killed by signal %d (%s)", sig,
+			 strsignal(sig));
+		write_error(t, name, msg, NULL, t->target->pid);
+		reconcile_all(t, "process exited");
+	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {
+		const struct rec_exception *e = t->last_exc;
+		char msg[EXC_MSG_MAX + 4];
+		const char *type = exc_short_name(e->type_name);
+		if (e->msg_len < 0)
+			msg[0] = 0;
+		else if (!strcmp(type, "KeyError"))
+			snprintf(msg, sizeof(msg), "'%s'", e->msg);
+		else
+			snprintf(msg, sizeof(msg), "%s", e->msg);
+		write_error(t, type, msg, e, e->hdr.tid);
+		reconcile_all(t, "session ended");
+	} else {
+		reconcile_all(t, "session ended");
+	}
+}
+
+void trace_set_dropped(struct trace *t, uint64_t dropped)
+{
+	if (!dropped)
+		return;
+	warnx_("warning: %llu records were dropped (the ring buffer was full); the trace "
+	       "says so in a `dropped` event", (unsigned long long)dropped);
+	struct buf b = {0};
+	buf_printf(&b, "{\"event\": \"dropped\", \"count\": %llu, \"where\": \"ring buffer\"",
+		   (unsigned long long)dropped);
+	finish_event(t, &b, 0, 0);
+}
+
+int trace_open(struct trace *t, struct target *target, const char *path, int force,
+	       const struct trace_opts *opts)
+{
+	memset(t, 0, sizeof(*t));
+	t->target = target;
+	t->opts = *opts;
+	t->out_path = path;
+	if (opts->modules) {
+		if (regcomp(&t->pattern, opts->modules, REG_EXTENDED | REG_NOSUB)) {
+			warnx_("--modules is not a valid regular expression: %s", opts->modules);
+			return -1;
+		}
+		t->has_pattern = 1;
+	}
+	if (opts->tail > 0)
+		t->ring = xcalloc((size_t)opts->tail, sizeof(*t->ring));
+	static struct describe_ctx dctx;
+	dctx.type_name = type_name_cb;
+	dctx.arg = t;
+	t->dctx = &dctx;
+
+	struct timespec rt, mono;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	t->boot_to_realtime_ns = (rt.tv_sec - mono.tv_sec) * 1000000000ULL + rt.tv_nsec - mono.tv_nsec;
+
+	if (!strcmp(path, "-")) {
+		t->out = stdout;
+		return 0;
+	}
+	int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
+	int fd = open(path, flags, 0600);
+	if (fd < 0) {
+		if (errno == EEXIST)
+			warnx_("%s exists; evmbpf does not overwrite a file it did not create "
+			       "(remove it, pick another --out, or pass --force)", path);
+		else if (errno == ELOOP)
+			warnx_("%s is a symbolic link; evmbpf does not follow it (name the real file)",
+			       path);
+		else
+			warnx_("cannot create %s: %s", path, strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		warnx_("%s is not a regular file", path);
+		close(fd);
+		return -1;
+	}
+	/* under sudo, the trace belongs to the user who asked for it */
+	const char *uid = getenv("SUDO_UID"), *gid = getenv("SUDO_GID");
+	if (uid && gid && fchown(fd, (uid_t)atoi(uid), (gid_t)atoi(gid)))
+		debugx("cannot give %s to uid %s: %s", path, uid, strerror(errno));
+	t->out = fdopen(fd, "w");
+	if (!t->out) {
+		close(fd);
+		return -1;
+	}
+	return 0;
+}
+
+int trace_close(struct trace *t)
+{
+	int rc = 0;
+	if (t->opts.tail > 0) {
+		size_t cap = (size_t)t->opts.tail;
+		for (size_t k = 0; k < t->ring_count && !t->write_failed; k++) {
+			char *line = t->ring[(t->ring_head + k) % cap];
+			size_t n = strlen(line);
+			if (fwrite(line, 1, n, t->out) != n)
+				t->write_failed = errno ? errno : EIO;
+		}
+		int64_t dropped = t->seq - (int64_t)t->ring_count;
+		if (dropped > 0 && !t->write_failed)
+			fprintf(t->out, "{\"event\": \"dropped\", \"count\": %lld, \"i\": %lld}\n",
+				(long long)dropped, (long long)t->seq + 1);
+		for (size_t k = 0; k < cap; k++)
+			free(t->ring[k]);
+		free(t->ring);
+		t->ring = NULL;
+	}
+	if (t->out && fflush(t->out))
+		t->write_failed = errno ? errno : EIO;
+	if (t->write_failed) {
+		warnx_("cannot write %s: %s", t->out_path, strerror(t->write_failed));
+		rc = -1;
+	}
+	if (t->out && t->out != stdout)
+		fclose(t->out);
+	t->out = NULL;
+	for (size_t i = 0; i < t->nthreads; i++) {
+		truncate_stack(&t->threads[i], 0);
+		free(t->threads[i].frames);
+	}
+	free(t->threads);
+	free(t->last_exc);
+	modtree_free(&t->mods);
+	if (t->has_pattern)
+		regfree(&t->pattern);
+	return rc;
+}

@@ -1,0 +1,72 @@
+/* The trace the reference in-process tracer would have written, rebuilt from the probe
+ * records: module paths, call and forward ids, depth, reconcile, errors, tail mode. */
+#ifndef EVMBPF_TRACE_H
+#define EVMBPF_TRACE_H
+
+#include <regex.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "evmbpf.h"
+#include "modtree.h"
+#include "target.h"
+#include "util.h"
+
+struct frame {
+	const struct mod_entry *mod;
+	int64_t call_id;
+	char *phase;
+	char *args;   /* JSON of the described args, kept for `unwound` */
+};
+
+struct thread_stack {
+	uint32_t tid;
+	struct frame *frames;
+	size_t depth, cap;
+};
+
+struct trace_opts {
+	const char *modules;     /* --modules REGEX, or NULL */
+	long tail;               /* --tail N, 0 = stream */
+	const char *argv_note;   /* how the tracer was started, for the header */
+};
+
+struct trace {
+	FILE *out;
+	const char *out_path;
+	struct trace_opts opts;
+	regex_t pattern;
+	int has_pattern;
+	struct target *target;
+	struct describe_ctx *dctx;
+
+	int header_written;
+	int64_t seq, call_id, forward_id;
+	uint64_t root;
+	struct modtree mods;
+
+	struct thread_stack *threads;
+	size_t nthreads;
+
+	/* tail mode: the last N lines */
+	char **ring;
+	size_t ring_head, ring_count;
+
+	struct rec_exception *last_exc;  /* uncaught exception, if one reached the top */
+	int ended;
+	int write_failed;
+	uint64_t records, events, unknown_modules;
+	uint64_t boot_to_realtime_ns;    /* add to bpf_ktime_get_ns for wall-clock ns */
+};
+
+int trace_open(struct trace *t, struct target *target, const char *path, int force,
+	       const struct trace_opts *opts);
+/* One record from the ring buffer. */
+void trace_record(struct trace *t, const void *data, size_t size);
+/* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
+void trace_finish(struct trace *t, int exit_code);
+int trace_close(struct trace *t);
+/* Mention the drops the BPF side counted (written at the end). */
+void trace_set_dropped(struct trace *t, uint64_t dropped);
+
+#endif

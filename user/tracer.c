@@ -1,0 +1,460 @@
+#include "tracer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/libbpf.h>
+
+#include "elfsym.h"
+#include "evmbpf.skel.h"
+#include "launch.skel.h"
+#include "util.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG && verbose < 2)
+		return 0;
+	if (level == LIBBPF_INFO && !verbose)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+/* Known TensorImpl layouts (DESIGN.md); the BPF side picks per tensor the one whose
+ * pointer back to the Python object matches, user space checks sizes against numel. */
+static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
+	/* torch 1.13 (2.0 - 2.2 likely) */
+	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
+	  .dtype_off = 176, .device_off = 178, .device_order = 0 },
+	/* torch 2.3 - 2.6 */
+	{ .impl_off = 24, .backptr_off = 56, .sizes_off = 64, .numel_off = 160,
+	  .dtype_off = 168, .device_off = 170, .device_order = 1 },
+	/* torch 2.13 / 2.14 */
+	{ .impl_off = 16, .backptr_off = 48, .sizes_off = 56, .numel_off = 152,
+	  .dtype_off = 160, .device_off = 162, .device_order = 1 },
+};
+
+struct session {
+	const struct tracer_opts *opts;
+	struct target target;
+	struct trace trace;
+	struct evmbpf_bpf *skel;
+	struct ring_buffer *rb;
+	struct bpf_link *links[4];
+	int nlinks;
+	int ended;        /* the target's last thread exited */
+	int exit_code;    /* as wait(2) encodes it */
+};
+
+static int check_privileges(void)
+{
+	if (geteuid() != 0) {
+		warnx_("evmbpf needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) to load "
+		       "BPF programs and read the target's memory: run it with sudo");
+		return -1;
+	}
+	return 0;
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	struct session *s = ctx;
+	const struct rec_hdr *h = data;
+	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXIT) {
+		const struct rec_task_exit *e = data;
+		if (e->group_dead && h->pid == (uint32_t)s->target.pid) {
+			s->ended = 1;
+			s->exit_code = e->exit_code;
+		}
+		return 0;
+	}
+	trace_record(&s->trace, data, size);
+	return 0;
+}
+
+static struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
+				      const char *path, uint64_t off, const char *what)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
+	struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
+	if (!l)
+		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(errno));
+	return l;
+}
+
+static int load_and_attach(struct session *s)
+{
+	struct target *t = &s->target;
+	struct evmbpf_bpf *skel = evmbpf_bpf__open();
+	if (!skel) {
+		warnx_("cannot open the BPF programs: %s", strerror(errno));
+		return -1;
+	}
+	s->skel = skel;
+	skel->rodata->pyo = *t->off;
+	skel->rodata->cfg.none_obj = t->none_obj;
+	skel->rodata->cfg.bool_type = t->bool_type;
+	skel->rodata->cfg.float_type = t->float_type;
+	skel->rodata->cfg.object_type = t->object_type;
+	skel->rodata->cfg.tgid = t->pid;
+	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
+	skel->rodata->n_layouts = TENSOR_LAYOUTS;
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
+	int err = evmbpf_bpf__load(skel);
+	if (err) {
+		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers, "
+		       "bpf_loop and uprobes: Linux 5.17 or later; run with -v for the verifier's log)",
+		       strerror(-err));
+		return -1;
+	}
+	struct bpf_link *l;
+	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
+			  "slot_tp_call");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	l = attach_uprobe(skel->progs.call_exit, 1, t->pid, t->py_open, t->slot_tp_call_off,
+			  "slot_tp_call (return)");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	if (t->err_display_off) {
+		l = attach_uprobe(skel->progs.exc_display, 0, t->pid, t->py_open, t->err_display_off,
+				  "PyErr_Display");
+		if (l)
+			s->links[s->nlinks++] = l;
+	}
+	l = bpf_program__attach(skel->progs.task_exit);
+	if (!l) {
+		warnx_("cannot attach to sched_process_exit: %s", strerror(errno));
+		return -1;
+	}
+	s->links[s->nlinks++] = l;
+	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, s, NULL);
+	if (!s->rb) {
+		warnx_("cannot open the ring buffer: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void detach(struct session *s)
+{
+	for (int i = s->nlinks; i-- > 0;)
+		bpf_link__destroy(s->links[i]);
+	s->nlinks = 0;
+}
+
+static void announce(struct session *s)
+{
+	struct target *t = &s->target;
+	fprintf(stderr, "attached to %d (python %d.%d, torch %s)\n", t->pid, t->major, t->minor,
+		t->torch_version[0] ? t->torch_version : "not imported yet");
+	debugx("interpreter %s, slot_tp_call at %#lx (found by %s), file offset %#lx", t->py_path,
+	       (unsigned long)t->slot_tp_call, t->slot_tp_call_found_by ? "the slotdefs table" : "its symbol",
+	       (unsigned long)t->slot_tp_call_off);
+}
+
+static int prepare(struct session *s, pid_t pid)
+{
+	if (target_inspect(&s->target, pid))
+		return -1;
+	char nspath[64];
+	struct stat st;
+	snprintf(nspath, sizeof(nspath), "/proc/%d/ns/pid", pid);
+	if (!stat(nspath, &st))
+		s->target.pid_ns_inode = st.st_ino;
+	s->target.root_fd = open(s->target.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (trace_open(&s->trace, &s->target, s->opts->out, s->opts->force, &s->opts->trace))
+		return -1;
+	return load_and_attach(s);
+}
+
+/* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
+static void collect(struct session *s, pid_t child)
+{
+	while (!s->ended && !stop_signal) {
+		int n = ring_buffer__poll(s->rb, 100);
+		if (n < 0 && n != -EINTR) {
+			warnx_("reading the ring buffer failed: %s", strerror(-n));
+			break;
+		}
+		if (s->trace.out)
+			fflush(s->trace.out);
+		if (s->trace.write_failed) {
+			warnx_("cannot write %s: %s; detaching (the target runs on)", s->opts->out,
+			       strerror(s->trace.write_failed));
+			break;
+		}
+		if (child > 0) {
+			int status;
+			pid_t w = waitpid(child, &status, WNOHANG);
+			if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
+				s->ended = 1;
+				s->exit_code = status;
+			}
+		} else if (kill(s->target.pid, 0) && errno == ESRCH) {
+			ring_buffer__consume(s->rb);
+			if (!s->ended) {
+				s->ended = 1;
+				s->exit_code = 0;
+			}
+		}
+	}
+	ring_buffer__consume(s->rb);
+}
+
+static int finish(struct session *s)
+{
+	detach(s);
+	if (s->rb)
+		ring_buffer__consume(s->rb);
+	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
+	trace_set_dropped(&s->trace, dropped);
+	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
+	int rc = trace_close(&s->trace);
+	if (verbose && s->skel)
+		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
+		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
+		       (unsigned long long)s->skel->bss->truncated_records,
+		       (unsigned long long)s->skel->bss->read_faults);
+	ring_buffer__free(s->rb);
+	evmbpf_bpf__destroy(s->skel);
+	if (s->target.root_fd > 0)
+		close(s->target.root_fd);
+	return rc;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static int run_attach(const struct tracer_opts *opts)
+{
+	struct session s = { .opts = opts };
+	s.target.root_fd = -1;
+	if (prepare(&s, opts->pid)) {
+		detach(&s);
+		if (s.trace.out) {
+			trace_close(&s.trace);
+			if (strcmp(opts->out, "-"))
+				unlink(opts->out);
+		}
+		evmbpf_bpf__destroy(s.skel);
+		return 1;
+	}
+	announce(&s);
+	collect(&s, 0);
+	int rc = finish(&s);
+	if (stop_signal)
+		fprintf(stderr, "detached from %d\n", opts->pid);
+	return rc ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- launch mode */
+
+struct launch {
+	struct launch_bpf *skel;
+	struct ring_buffer *rb;
+	int stopped;      /* REC_STOPPED seen: 1 exec, 2 entry point */
+	struct bpf_link *entry;
+};
+
+static int on_stop(void *ctx, void *data, size_t size)
+{
+	struct launch *l = ctx;
+	const struct rec_hdr *h = data;
+	if (size >= sizeof(*h) && h->kind == REC_STOPPED)
+		l->stopped = (int)h->tid;
+	return 0;
+}
+
+static pid_t spawn_held(char **argv, int *go_fd)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC))
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char c;
+		close(pipefd[1]);
+		signal(SIGPIPE, SIG_DFL);
+		if (read(pipefd[0], &c, 1) != 1)
+			_exit(127);
+		execvp(argv[0], argv);
+		fprintf(stderr, "evmbpf: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(pipefd[0]);
+	*go_fd = pipefd[1];
+	return pid;
+}
+
+/* Wait for the next stop of the child; 0 stopped, 1 it exited (status in *status). */
+static int wait_stop(struct launch *l, pid_t child, int *status)
+{
+	for (;;) {
+		pid_t w = waitpid(child, status, WUNTRACED);
+		if (w < 0) {
+			if (errno == EINTR) {
+				if (stop_signal)
+					kill(child, stop_signal);
+				continue;
+			}
+			return -1;
+		}
+		if (WIFSTOPPED(*status)) {
+			l->stopped = 0;
+			ring_buffer__consume(l->rb);
+			if (l->stopped)
+				return 0;
+			/* a stop we did not cause: pass it on */
+			kill(child, SIGCONT);
+			continue;
+		}
+		return 1;
+	}
+}
+
+static int attach_entry_point(struct launch *l, pid_t child)
+{
+	char exe[64];
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", child);
+	struct elf_file *f = elf_file_open(exe);
+	uint64_t off;
+	if (!f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off)) {
+		elf_file_close(f);
+		return -1;
+	}
+	elf_file_close(f);
+	bpf_link__destroy(l->entry);
+	l->entry = attach_uprobe(l->skel->progs.launch_entry, 0, child, exe, off, "the entry point");
+	return l->entry ? 0 : -1;
+}
+
+static int exit_code_of(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+static int run_launch(const struct tracer_opts *opts)
+{
+	struct launch l = {0};
+	struct session s = { .opts = opts };
+	s.target.root_fd = -1;
+	int status = 0, go_fd = -1, rc = 1;
+
+	l.skel = launch_bpf__open_and_load();
+	if (!l.skel) {
+		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers "
+		       "and uprobes; run with -v for details)", strerror(errno));
+		return 1;
+	}
+	l.rb = ring_buffer__new(bpf_map__fd(l.skel->maps.stops), on_stop, &l, NULL);
+	struct bpf_link *exec_link = bpf_program__attach(l.skel->progs.launch_exec);
+	if (!l.rb || !exec_link) {
+		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
+		goto out;
+	}
+	pid_t child = spawn_held(opts->command, &go_fd);
+	if (child < 0) {
+		warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
+		goto out;
+	}
+	l.skel->bss->launch_pid = child;
+	if (write(go_fd, "g", 1) != 1) {
+		warnx_("cannot start %s", opts->command[0]);
+		goto out;
+	}
+	close(go_fd);
+
+	for (;;) {
+		int r = wait_stop(&l, child, &status);
+		if (r) {
+			warnx_("%s exited before any Python started (status %d); nothing traced",
+			       opts->command[0], exit_code_of(status));
+			rc = exit_code_of(status);
+			goto out;
+		}
+		if (l.stopped == 1) {
+			/* exec'd: stop again where its libraries are mapped */
+			if (attach_entry_point(&l, child))
+				debugx("cannot probe the entry point of %d; looking at it now", child);
+			else {
+				kill(child, SIGCONT);
+				continue;
+			}
+		}
+		bpf_link__destroy(l.entry);
+		l.entry = NULL;
+		if (target_is_python(child))
+			break;
+		debugx("pid %d is not Python yet; waiting for its next exec", child);
+		kill(child, SIGCONT);
+	}
+	l.skel->bss->launch_pid = 0;
+	if (prepare(&s, child)) {
+		kill(child, SIGCONT);
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		detach(&s);
+		if (s.trace.out) {
+			trace_close(&s.trace);
+			unlink(opts->out);
+		}
+		evmbpf_bpf__destroy(s.skel);
+		goto out;
+	}
+	announce(&s);
+	kill(child, SIGCONT);
+	collect(&s, child);
+	if (!s.ended) {
+		/* evmbpf was asked to stop: the command goes on without us */
+		finish(&s);
+		fprintf(stderr, "detached from %d; it runs on\n", child);
+		rc = 0;
+		goto out;
+	}
+	rc = finish(&s) ? 1 : exit_code_of(s.exit_code);
+out:
+	bpf_link__destroy(l.entry);
+	bpf_link__destroy(exec_link);
+	ring_buffer__free(l.rb);
+	launch_bpf__destroy(l.skel);
+	return rc;
+}
+
+int tracer_run(const struct tracer_opts *opts)
+{
+	if (check_privileges())
+		return 1;
+	libbpf_set_print(libbpf_print);
+	install_signals();
+	return opts->command ? run_launch(opts) : run_attach(opts);
+}

@@ -1,0 +1,20 @@
+/* Attaching to a process, collecting its records, detaching. */
+#ifndef EVMBPF_TRACER_H
+#define EVMBPF_TRACER_H
+
+#include <sys/types.h>
+#include "trace.h"
+
+struct tracer_opts {
+	pid_t pid;              /* --pid, or 0 in launch mode */
+	char **command;         /* launch mode: argv of the command */
+	const char *out;
+	int force;
+	long ringbuf_mb;
+	struct trace_opts trace;
+};
+
+/* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */
+int tracer_run(const struct tracer_opts *opts);
+
+#endif

@@ -45,6 +45,19 @@ struct py_offsets {
 	off16 co_filename, co_name, co_qualname, co_firstlineno;
 	/* thread state: the exception being handled */
 	off16 runtime_interp_head, interp_modules, interp_sysdict;
+	/* Added with the measured tables (scripts/measure-pyoffsets.c, user/pyoffsets.c). */
+	off16 type_size;        /* sizeof(PyTypeObject): where PyHeapTypeObject's own part starts */
+	off16 heaptype_size;    /* sizeof(PyHeapTypeObject) (= type.__basicsize__) */
+	off16 managed_kind;     /* instance __dict__ scheme: 0 tp_dictoffset only (3.9/3.10),
+	                         * 1 3.11 (dict at managed_dict, values pointer at managed_values),
+	                         * 2 3.12 (one slot at managed_dict: dict, or values-1 with bit 0 set),
+	                         * 3 3.13+ (dict at managed_dict; values inline, see user/pyoffsets.c) */
+	off16 dictvalues_values;/* values[] inside PyDictValues: 8 from 3.13 (4 header bytes), 0 before */
+	off16 frame_back;       /* 3.9/3.10 PyFrameObject.f_back; 3.11+ _PyInterpreterFrame.previous */
+	off16 iframe_owner;     /* 3.11+ _PyInterpreterFrame.owner (a char); 0 before */
+	off16 frame_instr;      /* 3.9/3.10 PyFrameObject.f_lasti (int); 3.11/3.12 prev_instr, 3.13+ instr_ptr */
+	off16 stackref_tag_mask;/* 3.14+: tag bits of a _PyStackRef (f_executable, localsplus); 0 before */
+	off16 exc_context, exc_cause;
 };
 
 #ifndef __BPF__

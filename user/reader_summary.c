@@ -1,0 +1,500 @@
+/* evmbpf summarize: the reference's summarize_trace(), in one streaming pass.
+ *
+ * Kept while reading: the header, the first `dropped` count, the first error, where
+ * the `unwound` events lie (up to UNWOUND_KEPT of them), the forward index, and for
+ * the "last N module events before that" section a ring of where the last `tail`
+ * enter/exit events lie. That section's boundary is the first error's `i` (else the
+ * first unwound's), which is only known once that event is read; the ring is right
+ * when every event read before it had a smaller `i`, as it does in any trace a
+ * tracer wrote. Otherwise, or for tail <= 0 (Python's before[-0:] is everything),
+ * a second pass over the file finds them. Memory is the same for any trace length.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pyfmt.h"
+#include "reader_cmds.h"
+#include "reader_format.h"
+#include "reader_index.h"
+#include "reader_trace.h"
+
+#define UNWOUND_KEPT 65536
+
+struct spot {
+	uint64_t off;
+	size_t len;
+};
+
+struct ring {
+	struct spot *v;
+	size_t cap;        /* allocated */
+	size_t max;        /* the most it keeps: tail */
+	size_t head;       /* oldest */
+	size_t n;
+};
+
+/* The events of the reference's `before` list for one candidate boundary. */
+struct before {
+	int fixed;         /* the boundary event was read */
+	int usable;        /* its i is a number */
+	double boundary;
+	int broken;        /* an event read earlier had i >= boundary */
+	int any;
+	double max_i;
+	long long count;   /* len(before) */
+	struct ring ring;
+};
+
+struct summary {
+	struct rd_trace t;
+	long long tail;
+	cJSON *header;
+	cJSON *dropped;
+	cJSON *error;
+	struct spot *unwound;
+	size_t n_unwound;
+	size_t cap_unwound;
+	int unwound_overflow;
+	struct rd_index index;
+	struct before on_error;
+	struct before on_unwound;
+};
+
+/* ---- bounded windows ---- */
+
+static void ring_push(struct ring *r, struct spot s)
+{
+	if (r->max == 0)
+		return;
+	if (r->n < r->max) {
+		if (r->n == r->cap) {
+			r->cap = r->cap ? r->cap * 2 : 16;
+			if (r->cap > r->max)
+				r->cap = r->max;
+			r->v = rd_xrealloc(r->v, r->cap * sizeof(*r->v));
+		}
+		r->v[r->n++] = s;   /* while filling, head stays 0 */
+		return;
+	}
+	r->v[r->head] = s;
+	r->head = (r->head + 1) % r->n;
+}
+
+static struct spot ring_at(const struct ring *r, size_t k)
+{
+	return r->v[(r->head + k) % r->n];
+}
+
+static void before_init(struct before *b, long long tail)
+{
+	memset(b, 0, sizeof(*b));
+	b->ring.max = tail > 0 ? (size_t)tail : 0;
+}
+
+static void before_fix(struct before *b, const cJSON *i)
+{
+	if (b->fixed)
+		return;
+	b->fixed = 1;
+	if (!pyv_num(i, &b->boundary))
+		return;             /* the reference raises comparing with it: no section */
+	b->usable = 1;
+	b->broken = b->any && !(b->max_i < b->boundary);
+}
+
+static void before_add(struct before *b, const cJSON *i, struct spot s)
+{
+	double v;
+
+	if (!pyv_num(i, &v))
+		return;
+	if (!b->fixed) {
+		if (!b->any || v > b->max_i)
+			b->max_i = v;
+		b->any = 1;
+	} else if (!b->usable || !(v < b->boundary)) {
+		return;
+	}
+	ring_push(&b->ring, s);
+	b->count++;
+}
+
+/* ---- the pass ---- */
+
+static void note_unwound(struct summary *s, const cJSON *ev)
+{
+	before_fix(&s->on_unwound, pyv_get(ev, "i"));
+	if (s->n_unwound == UNWOUND_KEPT) {
+		s->unwound_overflow = 1;
+		return;
+	}
+	if (s->n_unwound == s->cap_unwound) {
+		s->cap_unwound = s->cap_unwound ? s->cap_unwound * 2 : 64;
+		s->unwound = rd_xrealloc(s->unwound, s->cap_unwound * sizeof(*s->unwound));
+	}
+	s->unwound[s->n_unwound++] = (struct spot){ s->t.off, s->t.len };
+}
+
+/* Account for one event; returns 1 when the summary keeps it. */
+static int take_event(struct summary *s, cJSON *ev)
+{
+	const cJSON *kind = pyv_get(ev, "event");
+	struct spot here = { s->t.off, s->t.len };
+	double count;
+
+	if (s->t.events == 1 && pyv_is(kind, "header")) {
+		s->header = ev;
+		return 1;
+	}
+	if (pyv_is(kind, "dropped") && !s->dropped && pyv_num(pyv_get(ev, "count"), &count))
+		s->dropped = cJSON_Duplicate(pyv_get(ev, "count"), 1);
+	if (pyv_is(kind, "enter") || pyv_is(kind, "exit")) {
+		before_add(&s->on_error, pyv_get(ev, "i"), here);
+		before_add(&s->on_unwound, pyv_get(ev, "i"), here);
+	}
+	if (pyv_is(kind, "unwound"))
+		note_unwound(s, ev);
+	rd_index_add(&s->index, ev);
+	if (pyv_is(kind, "error") && !s->error) {
+		before_fix(&s->on_error, pyv_get(ev, "i"));
+		s->error = ev;
+		return 1;
+	}
+	return 0;
+}
+
+static int read_all(struct summary *s)
+{
+	cJSON *ev;
+	int got;
+
+	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
+		if (!take_event(s, ev))
+			cJSON_Delete(ev);
+	}
+	return got;
+}
+
+/* ---- the opening lines ---- */
+
+static void dropped_total(struct rd_buf *b, const cJSON *dropped, long long events)
+{
+	long long n;
+
+	if (pyv_kind(dropped) == PYV_FLOAT) {
+		cJSON *sum = cJSON_CreateNumber(dropped->valuedouble + (double)events);
+
+		sum->valueint = RD_NUM_FLOAT;
+		pyv_str(b, sum);
+		cJSON_Delete(sum);
+	} else if (pyv_int(dropped, &n)) {
+		rd_buf_printf(b, "%lld", n + events);
+	} else {
+		rd_buf_printf(b, "%.0Lf", strtold(dropped->valuestring, NULL) + events);
+	}
+}
+
+static void print_opening(struct summary *s, const char *shown, FILE *out)
+{
+	struct rd_buf b = { 0 };
+	const cJSON *config = pyv_get(s->header, "config");
+	int tail = pyv_truthy(s->dropped);
+	size_t n = s->index.entered;
+
+	rd_buf_printf(&b, "trace: %s   (%lld events", shown, s->t.events);
+	if (tail) {
+		rd_buf_puts(&b, ", ");
+		pyv_str(&b, s->dropped);
+		rd_buf_puts(&b, " dropped");
+	}
+	rd_buf_putc(&b, ')');
+	rd_buf_line(&b, out);
+	rd_buf_puts(&b, "model_type: ");
+	pyv_str(&b, pyv_get(s->header, "model_type"));
+	rd_buf_puts(&b, "   torch ");
+	pyv_str(&b, pyv_get(s->header, "torch"));
+	rd_buf_puts(&b, "   cuda=");
+	pyv_str(&b, pyv_get(s->header, "cuda"));
+	rd_buf_puts(&b, "   numeric=");
+	pyv_str(&b, pyv_get(config, "numeric"));
+	rd_buf_puts(&b, "   sync=");
+	pyv_str(&b, pyv_get(config, "sync"));
+	rd_buf_line(&b, out);
+	if (tail) {
+		rd_buf_printf(&b, "this is the tail: the last %zu forward%s of ", n, n != 1 ? "s" : "");
+		dropped_total(&b, s->dropped, s->t.events);
+		rd_buf_puts(&b, " events. --debug-stream keeps all of it.");
+	} else {
+		rd_buf_printf(&b, "forwards traced: %zu", n);
+	}
+	rd_buf_line(&b, out);
+	rd_buf_line(&b, out);
+	rd_buf_free(&b);
+}
+
+/* ---- a healthy trace ---- */
+
+static void print_healthy(struct summary *s, const char *shown, FILE *out)
+{
+	struct rd_buf b = { 0 };
+	struct rd_fwd **index;
+	size_t n = rd_index_sorted(&s->index, &index);
+
+	fputs("no failure recorded: every module that was entered also returned.\n\n", out);
+	fprintf(out, "%zu forward(s) in this trace:\n", n);
+	for (size_t i = 0; i < n && i < 20; i++) {
+		rd_buf_puts(&b, "  ");
+		rd_index_line(&b, index[i]);
+		rd_buf_line(&b, out);
+	}
+	if (n > 20)
+		fprintf(out, "  ... and %zu more\n", n - 20);
+	if (n)
+		pyv_str(&b, index[0]->number);
+	else
+		rd_buf_putc(&b, '1');
+	fputs("\nread one of them:\n", out);
+	fprintf(out, "  evmbpf show %s --forward %s\n", shown, rd_buf_str(&b));
+	fprintf(out, "  evmbpf show %s --forward %s --module 'layers\\.0\\.'\n", shown,
+		rd_buf_str(&b));
+	rd_buf_free(&b);
+	free(index);
+}
+
+/* ---- a failed trace ---- */
+
+static void print_error(const cJSON *error, FILE *out)
+{
+	struct rd_buf b = { 0 }, msg = { 0 };
+	const cJSON *detected = pyv_get(error, "detected_at");
+	const cJSON *mem = pyv_get(error, "mem");
+	double allocated, reserved;
+	size_t first;
+
+	rd_buf_puts(&b, "FAILED in phase ");
+	pyv_str(&b, pyv_get(error, "phase"));
+	rd_buf_puts(&b, ", forward ");
+	pyv_str(&b, pyv_get(error, "forward"));
+	rd_buf_puts(&b, ": ");
+	pyv_str(&b, pyv_get(error, "exc_type"));
+	rd_buf_puts(&b, ": ");
+	/* message.splitlines()[0][:160] */
+	pyv_str(&msg, pyv_get(error, "message"));
+	first = pyfmt_first_line(rd_buf_str(&msg), msg.len);
+	rd_buf_put(&b, msg.p, pyfmt_utf8_prefix(msg.p, first, 160));
+	rd_buf_line(&b, out);
+	if (pyv_truthy(detected)) {
+		rd_buf_puts(&b, "  the bad output came from ");
+		pyv_str(&b, detected);
+		rd_buf_puts(&b, ", which had already returned; the stack below is its caller");
+		rd_buf_line(&b, out);
+	}
+	rd_buf_puts(&b, "  documents in flight: ");
+	rd_format_samples(&b, error);
+	rd_buf_line(&b, out);
+	if (pyv_truthy(mem) && pyv_num(pyv_get(mem, "allocated"), &allocated) &&
+	    pyv_num(pyv_get(mem, "reserved"), &reserved)) {
+		char a[400], r[400];
+
+		pyfmt_float_fmt(a, sizeof(a), allocated / 1e9, 'f', 2);
+		pyfmt_float_fmt(r, sizeof(r), reserved / 1e9, 'f', 2);
+		fprintf(out, "  cuda: %s GB allocated, %s GB reserved\n", a, r);
+	}
+	fputc('\n', out);
+	rd_buf_free(&b);
+	rd_buf_free(&msg);
+}
+
+static void print_unwound_event(const cJSON *ev, FILE *out)
+{
+	struct rd_buf b = { 0 };
+	long long depth = rd_depth(ev);
+	int deepest = pyv_truthy(pyv_get(ev, "deepest"));
+
+	rd_buf_puts(&b, "  ");
+	rd_buf_repeat(&b, "  ", (size_t)depth);
+	pyv_format(&b, pyv_get(ev, "module"), '<', 40);
+	rd_buf_putc(&b, ' ');
+	pyv_str(&b, pyv_get(ev, "type"));
+	if (deepest)
+		rd_buf_puts(&b, "   <- stopped here");
+	rd_buf_line(&b, out);
+	if (deepest) {
+		rd_buf_puts(&b, "  ");
+		rd_buf_repeat(&b, "  ", (size_t)depth);
+		rd_buf_puts(&b, "  ");
+		rd_format_args(out, ev, rd_buf_str(&b));
+	}
+	rd_buf_free(&b);
+}
+
+static int stream_unwound(struct summary *s, FILE *out)
+{
+	cJSON *ev;
+	int got;
+
+	if (rd_trace_rewind(&s->t) < 0)
+		return -1;
+	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
+		if (pyv_is(pyv_get(ev, "event"), "unwound"))
+			print_unwound_event(ev, out);
+		cJSON_Delete(ev);
+	}
+	return got;
+}
+
+static int print_unwound(struct summary *s, FILE *out)
+{
+	fputs("entered and never returned, outermost first:\n", out);
+	if (s->unwound_overflow) {
+		if (stream_unwound(s, out) < 0)
+			return -1;
+	} else {
+		for (size_t k = 0; k < s->n_unwound; k++) {
+			cJSON *ev = rd_trace_at(&s->t, s->unwound[k].off, s->unwound[k].len);
+
+			if (ev)
+				print_unwound_event(ev, out);
+			cJSON_Delete(ev);
+		}
+	}
+	fputc('\n', out);
+	return 0;
+}
+
+static void print_before_event(const cJSON *ev, FILE *out)
+{
+	struct rd_buf b = { 0 };
+	const cJSON *phase = pyv_get(ev, "phase");
+
+	rd_buf_puts(&b, "  ");
+	pyv_format(&b, pyv_get(ev, "i"), '>', 6);
+	rd_buf_puts(&b, "  ");
+	pyv_format(&b, pyv_get(ev, "event"), '<', 5);
+	rd_buf_putc(&b, ' ');
+	pyv_format(&b, pyv_get(ev, "module"), '<', 40);
+	rd_buf_putc(&b, ' ');
+	if (phase)
+		pyv_str(&b, phase);
+	rd_buf_line(&b, out);
+	rd_buf_free(&b);
+}
+
+static void print_ring(struct summary *s, struct before *b, FILE *out)
+{
+	long long shown = s->tail < b->count ? s->tail : b->count;
+
+	if (b->count == 0)
+		return;
+	fprintf(out, "last %lld module events before that:\n", shown);
+	for (size_t k = 0; k < b->ring.n; k++) {
+		struct spot at = ring_at(&b->ring, k);
+		cJSON *ev = rd_trace_at(&s->t, at.off, at.len);
+
+		if (ev)
+			print_before_event(ev, out);
+		cJSON_Delete(ev);
+	}
+}
+
+static int qualifies(const cJSON *ev, double boundary)
+{
+	const cJSON *kind = pyv_get(ev, "event");
+	double i;
+
+	return (pyv_is(kind, "enter") || pyv_is(kind, "exit")) &&
+	       pyv_num(pyv_get(ev, "i"), &i) && i < boundary;
+}
+
+/* The before section from a second pass: for tail <= 0, Python's before[-tail:]
+ * keeps all but the first -tail events, printed as they are found. */
+static int stream_before(struct summary *s, struct before *b, FILE *out)
+{
+	struct before again;
+	long long seen = 0;
+	cJSON *ev;
+	int got;
+
+	before_init(&again, s->tail);
+	again.fixed = again.usable = 1;
+	again.boundary = b->boundary;
+	if (rd_trace_rewind(&s->t) < 0)
+		return -1;
+	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
+		if (qualifies(ev, b->boundary)) {
+			if (s->tail > 0) {
+				before_add(&again, pyv_get(ev, "i"), (struct spot){ s->t.off, s->t.len });
+			} else {
+				if (seen == 0)
+					fprintf(out, "last %lld module events before that:\n", s->tail);
+				if (seen++ >= -s->tail)
+					print_before_event(ev, out);
+			}
+		}
+		cJSON_Delete(ev);
+	}
+	if (s->tail > 0 && got == 0)
+		print_ring(s, &again, out);
+	free(again.ring.v);
+	return got;
+}
+
+static int print_failed(struct summary *s, FILE *out)
+{
+	struct before *b = s->error ? &s->on_error : &s->on_unwound;
+
+	if (s->error)
+		print_error(s->error, out);
+	if (s->n_unwound && print_unwound(s, out) < 0)
+		return -1;
+	if (!b->usable)
+		return 0;
+	if (s->tail > 0 && !b->broken) {
+		print_ring(s, b, out);
+		return 0;
+	}
+	return stream_before(s, b, out) < 0 ? -1 : 0;
+}
+
+/* ---- the command ---- */
+
+static void summary_free(struct summary *s)
+{
+	cJSON_Delete(s->header);
+	cJSON_Delete(s->dropped);
+	cJSON_Delete(s->error);
+	free(s->unwound);
+	free(s->on_error.ring.v);
+	free(s->on_unwound.ring.v);
+	rd_index_free(&s->index);
+	rd_trace_free(&s->t);
+}
+
+int rd_summarize(FILE *in, const char *file, const char *shown, long long tail, FILE *out)
+{
+	struct summary s;
+	int rc = 0;
+
+	memset(&s, 0, sizeof(s));
+	rd_trace_init(&s.t, in, file);
+	s.tail = tail;
+	before_init(&s.on_error, tail);
+	before_init(&s.on_unwound, tail);
+	if (read_all(&s) < 0) {
+		rc = 1;
+	} else if (s.t.events == 0 && s.t.bad > 0) {
+		rd_warn("%s: no usable event in the trace (%lld corrupt line%s); nothing to "
+			"summarize", file, s.t.bad, s.t.bad == 1 ? "" : "s");
+		rc = 1;
+	} else if (s.t.events == 0) {
+		fprintf(out, "%s: empty trace\n", shown);
+	} else {
+		print_opening(&s, shown, out);
+		if (!s.error && !s.n_unwound && !s.unwound_overflow)
+			print_healthy(&s, shown, out);
+		else if (print_failed(&s, out) < 0)
+			rc = 1;
+	}
+	summary_free(&s);
+	return rc;
+}

@@ -1,0 +1,358 @@
+/* Reading a trace file as a stream of events: see reader_trace.h. */
+#include "reader_trace.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "pyfmt.h"
+
+#define CHUNK (1u << 20)
+
+/* ---- lines ---- */
+
+static int refill(struct rd_lines *l)
+{
+	size_t got;
+
+	l->pos += l->end - l->start;
+	l->start = l->end = 0;
+	if (l->eof)
+		return 0;
+	got = fread(l->buf, 1, l->cap, l->f);
+	if (got == 0) {
+		l->eof = 1;
+		l->error = ferror(l->f);
+	}
+	l->end = got;
+	return got > 0;
+}
+
+static void consume(struct rd_lines *l, size_t n)
+{
+	l->start += n;
+	l->pos += n;
+}
+
+static void keep(struct rd_lines *l, const char *s, size_t n)
+{
+	if (l->too_long)
+		return;
+	if (l->acc.len + n > l->max_line) {
+		l->too_long = 1;
+		return;
+	}
+	rd_buf_put(&l->acc, s, n);
+}
+
+static void drop_lf_after_cr(struct rd_lines *l)
+{
+	if (!l->skip_lf)
+		return;
+	if (l->start == l->end && !refill(l))
+		return;
+	if (l->buf[l->start] == '\n')
+		consume(l, 1);
+	l->skip_lf = 0;
+}
+
+static const char *line_end(const struct rd_lines *l)
+{
+	const char *s = l->buf + l->start;
+	size_t n = l->end - l->start;
+	const char *lf = memchr(s, '\n', n);
+	const char *cr = memchr(s, '\r', lf ? (size_t)(lf - s) : n);
+
+	return cr ? cr : lf;
+}
+
+/* The next line (without its terminator): 1, or 0 at the end of the file. */
+static int lines_next(struct rd_lines *l, const char **line, size_t *len)
+{
+	int seen = 0;
+
+	drop_lf_after_cr(l);
+	rd_buf_clear(&l->acc);
+	l->too_long = 0;
+	l->terminated = 0;
+	l->line_off = l->pos;
+	for (;;) {
+		const char *t;
+
+		if (l->start == l->end && !refill(l))
+			break;
+		seen = 1;
+		t = line_end(l);
+		if (!t) {
+			keep(l, l->buf + l->start, l->end - l->start);
+			consume(l, l->end - l->start);
+			continue;
+		}
+		size_t n = (size_t)(t - (l->buf + l->start));
+
+		if (l->acc.len == 0 && !l->too_long && n <= l->max_line) {
+			*line = l->buf + l->start;   /* the common case: no copy */
+			*len = n;
+		} else {
+			keep(l, l->buf + l->start, n);
+			*line = l->acc.p ? l->acc.p : "";
+			*len = l->too_long ? 0 : l->acc.len;
+		}
+		consume(l, n + 1);
+		if (*t == '\r') {
+			if (l->start < l->end) {
+				if (l->buf[l->start] == '\n')
+					consume(l, 1);
+			} else {
+				l->skip_lf = 1;
+			}
+		}
+		l->terminated = 1;
+		l->lineno++;
+		return 1;
+	}
+	if (!seen && l->acc.len == 0 && !l->too_long)
+		return 0;
+	*line = l->acc.p ? l->acc.p : "";
+	*len = l->too_long ? 0 : l->acc.len;
+	l->lineno++;
+	return 1;
+}
+
+static void lines_seek(struct rd_lines *l, uint64_t off, long long lineno)
+{
+	l->start = l->end = 0;
+	l->pos = off;
+	l->lineno = lineno;
+	l->eof = l->error = l->skip_lf = 0;
+}
+
+/* ---- events ---- */
+
+void rd_trace_init(struct rd_trace *t, FILE *f, const char *path)
+{
+	memset(t, 0, sizeof(*t));
+	t->path = path;
+	t->lines.f = f;
+	t->lines.cap = CHUNK;
+	t->lines.buf = rd_xmalloc(CHUNK);
+	t->lines.max_line = RD_LINE_MAX;
+}
+
+static int blank(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		uint32_t cp;
+
+		i += pyfmt_utf8_decode(s + i, len - i, &cp);
+		if (!pyfmt_isspace(cp))
+			return 0;
+	}
+	return 1;
+}
+
+static void report_pending(struct rd_trace *t, int at_end)
+{
+	if (!t->pending)
+		return;
+	if (!t->quiet) {
+		if (at_end && t->pending_cut)
+			rd_warn("%s:%lld: the last line is incomplete, cut off mid-write (%s); "
+				"skipped it and read the rest", t->path, t->pending, t->pending_why);
+		else
+			rd_warn("%s:%lld: corrupt line (%s); skipped it and read the rest",
+				t->path, t->pending, t->pending_why);
+	}
+	t->pending = 0;
+}
+
+static void refuse_line(struct rd_trace *t, const char *why)
+{
+	report_pending(t, 0);
+	t->bad++;
+	t->pending = t->lines.lineno;
+	t->pending_cut = !t->lines.terminated;
+	snprintf(t->pending_why, sizeof(t->pending_why), "%s", why);
+}
+
+int rd_trace_next(struct rd_trace *t, cJSON **ev)
+{
+	const char *line;
+	size_t len;
+
+	while (lines_next(&t->lines, &line, &len)) {
+		cJSON *parsed;
+
+		if (t->lines.too_long) {
+			refuse_line(t, "longer than 256 MiB");
+			continue;
+		}
+		parsed = rd_json_parse(&t->json, line, len);
+		if (!parsed) {
+			if (!blank(line, len))
+				refuse_line(t, t->json.why);
+			continue;
+		}
+		report_pending(t, 0);
+		t->events++;
+		t->off = t->lines.line_off;
+		t->len = len;
+		t->lineno = t->lines.lineno;
+		*ev = parsed;
+		return 1;
+	}
+	report_pending(t, 1);
+	if (t->lines.error) {
+		rd_warn("%s: read error after line %lld: %s", t->path, t->lines.lineno,
+			strerror(errno ? errno : EIO));
+		return -1;
+	}
+	return 0;
+}
+
+int rd_trace_rewind(struct rd_trace *t)
+{
+	if (fseeko(t->lines.f, 0, SEEK_SET) != 0) {
+		rd_warn("%s: cannot read the trace a second time (%s); give a regular file",
+			t->path, strerror(errno));
+		return -1;
+	}
+	clearerr(t->lines.f);
+	lines_seek(&t->lines, 0, 0);
+	t->quiet = 1;
+	t->events = 0;
+	t->pending = 0;
+	return 0;
+}
+
+cJSON *rd_trace_at(struct rd_trace *t, uint64_t off, size_t len)
+{
+	FILE *f = t->lines.f;
+	off_t here = ftello(f);
+	char *text = rd_xmalloc(len + 1);
+	cJSON *ev = NULL;
+
+	if (here >= 0 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(text, 1, len, f) == len)
+		ev = rd_json_parse(&t->json, text, len);
+	if (here >= 0)
+		fseeko(f, here, SEEK_SET);
+	free(text);
+	return ev;
+}
+
+void rd_trace_free(struct rd_trace *t)
+{
+	free(t->lines.buf);
+	rd_buf_free(&t->lines.acc);
+	rd_json_free(&t->json);
+	t->lines.buf = NULL;
+}
+
+/* ---- finding the file ---- */
+
+static char *path_join(const char *a, const char *b)
+{
+	size_t n = strlen(a);
+	struct rd_buf out = { 0 };
+
+	rd_buf_puts(&out, a);
+	if (n && a[n - 1] != '/')
+		rd_buf_putc(&out, '/');
+	rd_buf_puts(&out, b);
+	return out.p;
+}
+
+static int ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), m = strlen(tail);
+
+	return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+	int tx = ends_with(x, "trace.jsonl"), ty = ends_with(y, "trace.jsonl");
+
+	if (tx != ty)
+		return tx ? -1 : 1;
+	return strcmp(x, y);
+}
+
+/* list_traces(run)[0]: the scoring pass's trace.jsonl first, then by name. */
+static char *first_trace(const char *run)
+{
+	char *dir = path_join(run, "debug");
+	DIR *d = opendir(dir);
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	char *found = NULL;
+
+	while (d && (e = readdir(d))) {
+		if (!ends_with(e->d_name, ".jsonl"))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 16;
+			names = rd_xrealloc(names, cap * sizeof(*names));
+		}
+		names[n++] = rd_xstrndup(e->d_name, strlen(e->d_name));
+	}
+	if (d)
+		closedir(d);
+	if (n) {
+		qsort(names, n, sizeof(*names), by_name);
+		found = path_join(dir, names[0]);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	free(dir);
+	return found;
+}
+
+char *rd_resolve_trace(const char *given, char **err)
+{
+	struct stat st;
+	struct rd_buf msg = { 0 };
+	char *path;
+
+	*err = NULL;
+	if (stat(given, &st) == 0 && S_ISDIR(st.st_mode)) {
+		path = first_trace(given);
+		if (path)
+			return path;
+		char *dir = path_join(given, "debug");
+
+		rd_buf_printf(&msg, "no trace under %s. A run only writes one when it was "
+			      "given --debug; a run that died before its directory existed "
+			      "has none at all.", dir);
+		free(dir);
+		*err = msg.p;
+		return NULL;
+	}
+	if (stat(given, &st) != 0) {
+		rd_buf_printf(&msg, "no trace at %s", given);
+		*err = msg.p;
+		return NULL;
+	}
+	return rd_xstrndup(given, strlen(given));
+}
+
+FILE *rd_open_trace(const char *file)
+{
+	struct stat st;
+	FILE *f;
+
+	if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+		rd_warn("%s is a directory, not a trace file; give the .jsonl file or the run "
+			"directory above debug/", file);
+		return NULL;
+	}
+	f = fopen(file, "r");
+	if (!f)
+		rd_warn("cannot open %s: %s", file, strerror(errno));
+	return f;
+}

@@ -1,0 +1,73 @@
+/* Reading a trace file as a stream of events, with bounded memory.
+ *
+ * Lines are split as Python's text mode splits them (\n, \r and \r\n), blank lines
+ * (Python's str.isspace) are skipped, and every other line must be one JSON object.
+ * A line that is not is reported on stderr with its number and skipped; a refused
+ * last line without a newline is reported as cut off mid-write. Nothing but the
+ * current line is held, so a trace of any size reads in constant memory.
+ */
+#ifndef EVMBPF_READER_TRACE_H
+#define EVMBPF_READER_TRACE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "reader_json.h"
+#include "reader_util.h"
+
+/* Longest line read; a longer one is skipped as corrupt. */
+#define RD_LINE_MAX (256u << 20)
+
+struct rd_lines {
+	FILE *f;
+	char *buf;
+	size_t start;
+	size_t end;
+	size_t cap;
+	struct rd_buf acc;      /* a line that spans reads */
+	uint64_t pos;           /* file offset of buf[start] */
+	long long lineno;       /* number of the line last returned */
+	uint64_t line_off;      /* its offset and whether it ended with a newline */
+	int terminated;
+	int too_long;
+	int eof;
+	int error;
+	int skip_lf;            /* the last line ended in \r: a \n next belongs to it */
+	size_t max_line;
+};
+
+struct rd_trace {
+	const char *path;       /* named in messages */
+	struct rd_lines lines;
+	struct rd_json json;
+	int quiet;              /* a second pass: lines were already reported */
+	long long events;       /* usable events so far */
+	long long bad;          /* lines refused so far */
+	long long pending;      /* a refused line not yet reported (it may be the last) */
+	int pending_cut;
+	char pending_why[112];
+	uint64_t off;           /* where the event last returned lies in the file */
+	size_t len;
+	long long lineno;
+};
+
+void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);
+/* 1 and *ev (free it with cJSON_Delete), 0 at the end, -1 on a read error
+ * (reported on stderr). */
+int rd_trace_next(struct rd_trace *t, cJSON **ev);
+/* Start again from the top, quietly. -1 when the file cannot seek (reported). */
+int rd_trace_rewind(struct rd_trace *t);
+/* The event at a place rd_trace_next returned earlier, or NULL. Leaves the stream
+ * where it was. */
+cJSON *rd_trace_at(struct rd_trace *t, uint64_t off, size_t len);
+void rd_trace_free(struct rd_trace *t);
+
+/* The file a TRACE argument names, as the reference's read_trace finds it: the path
+ * itself, or RUN/debug/trace.jsonl (then the other *.jsonl) for a run directory.
+ * NULL with *err set to the reference's message when there is none; both malloc'd. */
+char *rd_resolve_trace(const char *given, char **err);
+
+/* Open the resolved file for reading, or NULL with the reason on stderr. */
+FILE *rd_open_trace(const char *file);
+
+#endif

@@ -1,0 +1,192 @@
+/* evmbpf summarize | show | forwards: read a trace after the fact, no root needed.
+ *
+ * Argument parsing and finding the trace file; the work is in reader_summary.c,
+ * reader_show.c and reader_forwards.c. Output is the reference reader's text
+ * (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
+#include "readers.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reader_cmds.h"
+#include "reader_trace.h"
+
+#define EXIT_USAGE 2
+
+struct opts {
+	const char *cmd;
+	const char *trace;
+	long long tail;
+	long long forward;
+	int have_forward;
+	const char *module;
+	int json;
+	int help;
+};
+
+static const char usage_text[] =
+	"USAGE:\n"
+	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf show TRACE --forward N [--module REGEX]\n"
+	"  evmbpf forwards TRACE [--json]\n"
+	"\n"
+	"TRACE is a trace .jsonl file, or a run directory holding debug/*.jsonl\n"
+	"(debug/trace.jsonl first).\n"
+	"\n"
+	"  summarize   how far the run got, where it stopped, and on whose behalf\n"
+	"    -n, --tail N        module events listed before the failure (default 10)\n"
+	"  show        every module one forward ran, with what went in and out\n"
+	"    -f, --forward N     the forward to show (see `evmbpf forwards`)\n"
+	"    -m, --module REGEX  only modules matching this Python regular expression\n"
+	"  forwards    the forwards in the trace: number, modules, phase, documents\n"
+	"    --json              as JSON, one object a forward\n"
+	"\n"
+	"EXAMPLES:\n"
+	"  evmbpf summarize run/debug/trace.jsonl\n"
+	"  evmbpf show run --forward 3 --module 'layers\\.0\\.'\n"
+	"  evmbpf forwards run --json\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fputs("evmbpf: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\n", stderr);
+	fputs(usage_text, stderr);
+	return EXIT_USAGE;
+}
+
+static int parse_int(const char *text, long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoll(text, &end, 10);
+	return errno == 0 && end != text && *end == '\0';
+}
+
+/* The value of --name VALUE or --name=VALUE at argv[*i], or NULL. */
+static const char *value_of(int argc, char **argv, int *i, const char *lng, const char *shrt)
+{
+	const char *a = argv[*i];
+	size_t n = strlen(lng);
+
+	if (strncmp(a, lng, n) == 0 && a[n] == '=')
+		return a + n + 1;
+	if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
+		return NULL;
+	if (*i + 1 >= argc)
+		return "";
+	return argv[++*i];
+}
+
+static int parse_option(struct opts *o, int argc, char **argv, int *i)
+{
+	const char *v;
+
+	if ((v = value_of(argc, argv, i, "--tail", "-n")) && strcmp(o->cmd, "summarize") == 0) {
+		if (!parse_int(v, &o->tail))
+			return usage_error("--tail wants a whole number, not '%s'", v);
+	} else if ((v = value_of(argc, argv, i, "--forward", "-f")) && strcmp(o->cmd, "show") == 0) {
+		if (!parse_int(v, &o->forward))
+			return usage_error("--forward wants a forward number, not '%s'", v);
+		o->have_forward = 1;
+	} else if ((v = value_of(argc, argv, i, "--module", "-m")) && strcmp(o->cmd, "show") == 0) {
+		o->module = v;
+	} else if (strcmp(argv[*i], "--json") == 0 && strcmp(o->cmd, "forwards") == 0) {
+		o->json = 1;
+	} else if (strcmp(argv[*i], "-h") == 0 || strcmp(argv[*i], "--help") == 0) {
+		o->help = 1;
+	} else {
+		return usage_error("unknown option '%s' (see the usage below)", argv[*i]);
+	}
+	return 0;
+}
+
+static int parse_args(struct opts *o, int argc, char **argv)
+{
+	int rc;
+
+	memset(o, 0, sizeof(*o));
+	o->cmd = argv[0];
+	o->tail = 10;
+	for (int i = 1; i < argc; i++) {
+		if (argv[i][0] == '-' && argv[i][1] != '\0' && strcmp(argv[i], "--") != 0) {
+			if ((rc = parse_option(o, argc, argv, &i)) != 0)
+				return rc;
+			continue;
+		}
+		if (strcmp(argv[i], "--") == 0 && i + 1 < argc)
+			i++;
+		if (o->trace)
+			return usage_error("one TRACE only; '%s' is a second one", argv[i]);
+		o->trace = argv[i];
+	}
+	if (o->help)
+		return 0;
+	if (!o->trace)
+		return usage_error("%s needs a TRACE: a .jsonl file or a run directory", o->cmd);
+	if (strcmp(o->cmd, "show") == 0 && !o->have_forward)
+		return usage_error("%s needs --forward N (`evmbpf forwards TRACE` lists them)",
+				   o->cmd);
+	return 0;
+}
+
+static int run(const struct opts *o, FILE *in, const char *file)
+{
+	regex_t re;
+	struct rd_buf why = { 0 };
+	int rc;
+
+	if (strcmp(o->cmd, "summarize") == 0)
+		return rd_summarize(in, file, o->trace, o->tail, stdout);
+	if (strcmp(o->cmd, "forwards") == 0)
+		return rd_forwards(in, file, o->json, stdout);
+	if (!o->module || !*o->module)
+		return rd_show(in, file, o->forward, o->module, NULL, stdout);
+	if (rd_regex_compile(o->module, &re, &why) < 0) {
+		rd_warn("--module '%s' is not a regular expression evmbpf can use: %s",
+			o->module, rd_buf_str(&why));
+		rd_buf_free(&why);
+		return EXIT_USAGE;
+	}
+	rc = rd_show(in, file, o->forward, o->module, &re, stdout);
+	rd_regex_free(&re);
+	return rc;
+}
+
+int readers_main(int argc, char **argv)
+{
+	struct opts o;
+	char *file, *err;
+	FILE *in;
+	int rc;
+
+	if (argc < 1)
+		return usage_error("%s", "no command");
+	if ((rc = parse_args(&o, argc, argv)) != 0)
+		return rc;
+	if (o.help) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	file = rd_resolve_trace(o.trace, &err);
+	if (!file) {
+		fprintf(stderr, "%s\n", err);
+		free(err);
+		return 1;
+	}
+	in = rd_open_trace(file);
+	if (!in) {
+		free(file);
+		return 1;
+	}
+	rc = run(&o, in, file);
+	if (fflush(stdout) != 0 && rc == 0) {
+		rd_warn("writing the output failed: %s", strerror(errno));
+		rc = 1;
+	}
+	fclose(in);
+	free(file);
+	return rc;
+}

@@ -26,6 +26,9 @@ __u64 dropped_records = 0;
 __u64 dropped_bytes = 0;
 __u64 truncated_records = 0;
 __u64 read_faults = 0;
+/* Stop the target (SIGSTOP) at the next module call, so that user space can read the
+ * model's module tree before it can change or be freed; user space sends SIGCONT. */
+__u32 hold_next = 0;
 /* Index + 1 of the tensor layout that last matched: tried first. */
 __u32 layout_hint = 0;
 
@@ -38,7 +41,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, __u8);
+	__type(value, struct type_info);
 } type_kinds SEC(".maps");
 
 struct pending_key {
@@ -130,9 +133,9 @@ static __always_inline int name_is(__u64 name_ptr, const char *want, int n)
 /* What kind of object a type makes. Walks tp_base for float, Tensor and Module. */
 static __noinline __u8 classify_type(__u64 type)
 {
-	__u8 *cached = bpf_map_lookup_elem(&type_kinds, &type);
+	struct type_info *cached = bpf_map_lookup_elem(&type_kinds, &type);
 	if (cached)
-		return *cached;
+		return cached->kind;
 
 	__u8 kind = T_OTHER;
 	__u64 flags = rd64(type + pyo.tp_flags);
@@ -186,7 +189,9 @@ static __noinline __u8 classify_type(__u64 type)
 			t = base;
 		}
 	}
-	bpf_map_update_elem(&type_kinds, &type, &kind, BPF_ANY);
+	struct type_info info = { .kind = kind, .heap = (flags >> 9) & 1 };
+	bpf_probe_read_user_str(info.name, sizeof(info.name), (void *)rd64(type + pyo.tp_name));
+	bpf_map_update_elem(&type_kinds, &type, &info, BPF_ANY);
 	return kind;
 }
 
@@ -605,6 +610,11 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		return 0;
 	struct rec_call *r = (void *)s->buf;
 	r->flags = 0;
+	if (hold_next) {
+		hold_next = 0;
+		bpf_send_signal(19 /* SIGSTOP */);
+		r->flags = REC_F_HELD;
+	}
 	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
 	push(s, W_ONE, (__u64)args, ROOT_DEPTH);
 	describe(s);

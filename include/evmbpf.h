@@ -52,6 +52,7 @@ struct rec_call {
 
 #define REC_F_EXCEPTION 1u  /* exit: NULL return value */
 #define REC_F_TRUNCATED 2u  /* the description did not fit and was cut */
+#define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
  * items come as key node, value node. Nodes are 8-byte aligned. */
@@ -163,6 +164,15 @@ enum type_kind {
 	T_DICT,
 	T_TENSOR,
 	T_MODULE,
+};
+
+/* The BPF side's verdict on a type object, with its name: user space names types from
+ * here, so names survive the target freeing its types (or exiting). */
+#define TYPE_NAME_MAX 62
+struct type_info {
+	__u8 kind;      /* enum type_kind */
+	__u8 heap;      /* Py_TPFLAGS_HEAPTYPE: tp_name is the __name__ as is */
+	char name[TYPE_NAME_MAX]; /* tp_name, cut */
 };
 
 /* Set from user space before load. */

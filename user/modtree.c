@@ -105,13 +105,15 @@ static void visit(struct walk *w, uint64_t obj, const char *path)
 	e->traced = 1;
 	uint64_t modules = py_instance_attr(w->r, obj, "_modules");
 	if (!modules) {
+		debugx("cannot read %s._modules", e->path);
 		w->failed |= w->depth == 0;
 		return;
 	}
 	struct walk sub = *w;
 	sub.prefix = path;
 	sub.depth = w->depth + 1;
-	py_dict_items(w->r, modules, child, &sub);
+	if (py_dict_items(w->r, modules, child, &sub))
+		debugx("cannot read the items of %s._modules", path[0] ? path : "<root>");
 }
 
 int modtree_build(struct modtree *t, const struct pyreader *r, uint64_t root)

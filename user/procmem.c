@@ -1,5 +1,7 @@
 #include "procmem.h"
 
+#include "util.h"
+
 #include <errno.h>
 #include <string.h>
 #include <stdio.h>
@@ -15,6 +17,9 @@ int pm_read(const struct pyreader *r, uint64_t addr, void *dst, size_t n)
 	struct iovec local = { dst, n };
 	struct iovec remote = { (void *)(uintptr_t)addr, n };
 	ssize_t got = process_vm_readv(r->pid, &local, 1, &remote, 1, 0);
+	if (got != (ssize_t)n && verbose > 2)
+		debugx("read of %zu bytes at %#lx in %d: %zd (%s)", n, (unsigned long)addr, r->pid, got,
+		       strerror(errno));
 	return got == (ssize_t)n ? 0 : -1;
 }
 
@@ -258,6 +263,14 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	if (err)
 		return 0;
 	if (o->version == 311) {
+		if (verbose > 2) {
+			char tn[64] = "?";
+			py_type_name(r, type, tn, sizeof(tn));
+			debugx("attr %s of %#lx (%s, refcnt %lu): dict %#lx values %#lx keys %#lx words %#lx %#lx", name, (unsigned long)obj, tn,
+			       (unsigned long)pm_u64(r, obj, NULL),
+			       (unsigned long)slot, (unsigned long)pm_u64(r, obj + o->managed_values, NULL),
+			       (unsigned long)keys, (unsigned long)pm_u64(r, obj - 16, NULL), (unsigned long)pm_u64(r, obj - 8, NULL));
+		}
 		if (slot)
 			return py_dict_get_str(r, slot, name);
 		uint64_t values = pm_u64(r, obj + o->managed_values, &err);

@@ -311,11 +311,13 @@ out:
 	return rc;
 }
 
+/* torch's extension module, .../torch/_C.cpython-*.so, sits beside its version.py
+ * (wherever libtorch_python itself lives: Debian puts it in /usr/lib). */
 static int find_torch_lib(void *arg, const struct mapping *m)
 {
 	struct target *t = arg;
-	const char *base = strrchr(m->path, '/');
-	if (!base || strcmp(base + 1, "libtorch_python.so"))
+	const char *hit = strstr(m->path, "/torch/_C.");
+	if (!hit || strchr(hit + 10, '/'))
 		return 0;
 	snprintf(t->torch_lib, sizeof(t->torch_lib), "%s", m->path);
 	return 1;
@@ -327,13 +329,9 @@ int target_find_torch(struct target *t)
 		return 1;
 	if (each_mapping(t->pid, find_torch_lib, t) <= 0)
 		return 0;
-	/* .../torch/lib/libtorch_python.so -> .../torch/version.py */
 	char dir[PATH_MAX], file[PATH_MAX + 80];
 	snprintf(dir, sizeof(dir), "%s", t->torch_lib);
 	char *slash = strrchr(dir, '/');
-	if (slash)
-		*slash = 0;
-	slash = strrchr(dir, '/');
 	if (slash)
 		*slash = 0;
 	snprintf(file, sizeof(file), "%s%s/version.py", t->root, dir);

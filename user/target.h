@@ -25,7 +25,7 @@ struct target {
 	uint64_t err_display_off;
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
-	char torch_lib[PATH_MAX];     /* libtorch_python.so as the target names it */
+	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */
 	char pidns[32], tidns_note[8];
 	uint64_t pid_ns_inode;
 	int root_fd;                  /* the target's root directory, kept open: source lines */

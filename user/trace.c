@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <bpf/bpf.h>
+
 #include "describe.h"
 #include "jsonw.h"
 
@@ -191,6 +193,14 @@ static const char *type_name_cb(void *arg, uint64_t type)
 	if (cache[i].type == type && type)
 		return cache[i].name;
 	char name[128] = "?";
+	struct type_info info;
+	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &type, &info)) {
+		info.name[sizeof(info.name) - 1] = 0;
+		const char *dot = info.heap ? NULL : strrchr(info.name, '.');
+		cache[i].type = type;
+		snprintf(cache[i].name, sizeof(cache[i].name), "%s", dot ? dot + 1 : info.name);
+		return cache[i].name;
+	}
 	if (type && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0) {
 		cache[i].type = type;
 		snprintf(cache[i].name, sizeof(cache[i].name), "%s", name);
@@ -217,6 +227,10 @@ static int set_root(struct trace *t, uint64_t self)
 		}
 	}
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
+	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
+		if (t->mods.slots[i].obj)
+			debugx("  %#lx %s (%s)", (unsigned long)t->mods.slots[i].obj,
+			       t->mods.slots[i].path, t->mods.slots[i].type_name);
 	return 0;
 }
 
@@ -255,7 +269,9 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 		begin_forward(t, r->hdr.tid, r->hdr.ts_ns);
 	}
 	if (!mod) {
-		t->unknown_modules++;
+		if (!t->unknown_modules++ || verbose > 1)
+			debugx("a module outside the model was called (%#lx): not traced",
+			       (unsigned long)r->self);
 		return;
 	}
 	if (!mod->traced)
@@ -373,6 +389,8 @@ void trace_record(struct trace *t, const void *data, size_t size)
 			return;
 		write_header(t);
 		on_enter(t, data, size);
+		if (((const struct rec_call *)data)->flags & REC_F_HELD)
+			kill(t->target->pid, SIGCONT); /* the model is read: let it go on */
 		break;
 	case REC_EXIT:
 		if (size < sizeof(struct rec_call))
@@ -555,6 +573,7 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	       const struct trace_opts *opts)
 {
 	memset(t, 0, sizeof(*t));
+	t->type_map_fd = -1;
 	t->target = target;
 	t->opts = *opts;
 	t->out_path = path;

@@ -39,6 +39,7 @@ struct trace {
 	int has_pattern;
 	struct target *target;
 	struct describe_ctx *dctx;
+	int type_map_fd;                 /* the BPF side's type names, or -1 */
 
 	int header_written;
 	int64_t seq, call_id, forward_id;

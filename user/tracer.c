@@ -96,6 +96,30 @@ static struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t p
 	return l;
 }
 
+/* The first module call stops the target until its module tree is read (a model can
+ * be gone by the time user space looks, when the job is short). A stop is visible to a
+ * shell as job control: never hold a process in a terminal's foreground. */
+static int hold_is_safe(pid_t pid, int launched)
+{
+	if (launched)
+		return 1; /* our own child: we are the one that sees its stops */
+	char path[64], line[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	int pgrp = 0, tty = 0, tpgid = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %d %*d %d %d", &pgrp, &tty, &tpgid) != 3)
+		return 0;
+	if (tty != 0 && tpgid == pgrp) {
+		debugx("%d is in a terminal's foreground: not stopping it while the model is read", pid);
+		return 0;
+	}
+	return 1;
+}
+
 static int load_and_attach(struct session *s)
 {
 	struct target *t = &s->target;
@@ -121,6 +145,8 @@ static int load_and_attach(struct session *s)
 		       strerror(-err));
 		return -1;
 	}
+	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
+	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	struct bpf_link *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");

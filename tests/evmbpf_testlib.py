@@ -1,0 +1,161 @@
+"""Shared helpers for the end-to-end tests: run workloads plainly, under the reference
+tracer and under evmbpf (launch and --pid), and compare traces event by event."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.normpath(os.path.join(ROOT, "..", "shared"))
+REFERENCE = os.path.join(SHARED, "reference")
+RUN_WORKLOAD = os.path.join(REFERENCE, "run_workload.py")
+REF_WORKLOADS = os.path.join(REFERENCE, "workloads")
+OWN_WORKLOADS = os.path.join(ROOT, "tests", "workloads")
+EVMBPF = os.environ.get("EVMBPF", os.path.join(ROOT, "build", "evmbpf"))
+HOST_PYTHON = "/usr/bin/python3.11"
+
+# The keys the in-process tracer and evmbpf must agree on (the issue's list).
+COMPARED = ("event", "module", "type", "depth", "forward", "call", "phase", "args",
+            "output", "reason", "deepest", "orphan", "kwargs")
+
+
+def load(path):
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def run_reference(workload, out, python=HOST_PYTHON, extra=(), env=None, prefix=()):
+    cmd = [*prefix, python, RUN_WORKLOAD, workload, "--trace", out, *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def run_launch(workload, out, python=HOST_PYTHON, extra=(), evmbpf_args=(), env=None,
+               prefix=()):
+    cmd = [EVMBPF, "--out", out, *evmbpf_args, "--", *prefix, python, RUN_WORKLOAD, workload,
+           *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+class Attached:
+    """A workload started with --wait-for, evmbpf attached by --pid, then released."""
+
+    def __init__(self, workload, out, python=HOST_PYTHON, extra=(), evmbpf_args=(), env=None,
+                 prefix=()):
+        self.dir = tempfile.mkdtemp(prefix="evmbpf-attach-")
+        self.go = os.path.join(self.dir, "go")
+        self.target = subprocess.Popen(
+            [*prefix, python, RUN_WORKLOAD, workload, "--wait-for", self.go, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        line = self.target.stdout.readline()
+        match = re.match(r"ready pid=(\d+)", line)
+        if not match:
+            self.target.kill()
+            raise RuntimeError(f"workload did not start: {line!r} {self.target.stderr.read()}")
+        # the pid the workload prints is in its own namespace; find the host's
+        self.pid = host_pid_of(self.target.pid, int(match.group(1)))
+        self.tracer = subprocess.Popen([EVMBPF, "--pid", str(self.pid), "--out", out,
+                                        *evmbpf_args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.attached_line = wait_for_line(self.tracer.stderr, "attached to", 60)
+
+    def release(self):
+        open(self.go, "w").close()
+
+    def finish(self, timeout=300):
+        out, err = self.target.communicate(timeout=timeout)
+        tout, terr = self.tracer.communicate(timeout=60)
+        self.target_rc, self.target_err = self.target.returncode, err
+        self.tracer_rc, self.tracer_err = self.tracer.returncode, self.attached_line + terr
+        return self
+
+
+def host_pid_of(popen_pid, inner_pid):
+    """The Python process: popen_pid itself, or a descendant whose NSpid ends in inner_pid."""
+    def status_nspid(pid):
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                for line in handle:
+                    if line.startswith("NSpid:"):
+                        return [int(x) for x in line.split()[1:]]
+        except OSError:
+            return []
+        return []
+
+    todo = [popen_pid]
+    while todo:
+        pid = todo.pop()
+        ns = status_nspid(pid)
+        if ns and ns[-1] == inner_pid and (pid == inner_pid or len(ns) > 1):
+            return pid
+        if pid == inner_pid:
+            return pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo += [int(x) for x in handle.read().split()]
+        except OSError:
+            pass
+    return popen_pid
+
+
+def wait_for_line(stream, text, timeout):
+    deadline = time.monotonic() + timeout
+    seen = ""
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen += line
+        if text in line:
+            return seen
+    raise AssertionError(f"never saw {text!r}; got {seen!r}")
+
+
+def comparable(event, kwargs=True):
+    keys = [k for k in COMPARED if k != "kwargs" or kwargs]
+    return {k: event[k] for k in keys if k in event}
+
+
+def module_events(events):
+    return [e for e in events if e.get("event") not in ("header",)]
+
+
+def compare_traces(ref, got, kwargs=True, phase=True):
+    """Assert the same events in the same order with the same compared keys."""
+    ref_events = module_events(ref)
+    got_events = [e for e in module_events(got)
+                  if not (e.get("event") == "dropped" and "where" in e)]
+    for index, (a, b) in enumerate(zip(ref_events, got_events)):
+        ca, cb = comparable(a, kwargs), comparable(b, kwargs)
+        if not phase:
+            ca.pop("phase", None)
+            cb.pop("phase", None)
+        if a.get("event") == "error":
+            for key in ("exc_type", "message", "phase" if phase else "event", "module",
+                        "forward"):
+                assert a.get(key) == b.get(key), f"error event differs in {key}: {a} vs {b}"
+            assert b["traceback"][-1] == a["traceback"][-1]
+            continue
+        assert ca == cb, f"event {index} differs:\nreference {a}\nevmbpf    {b}"
+    assert len(ref_events) == len(got_events), (
+        f"{len(ref_events)} events in the reference, {len(got_events)} from evmbpf")
+
+
+def torch_major(python=HOST_PYTHON, prefix=()):
+    out = subprocess.run([*prefix, python, "-c", "import torch; print(torch.__version__)"],
+                         capture_output=True, text=True).stdout.strip()
+    return int(out.split(".")[0]) if out else 0
+
+
+def probes_left(pid=None):
+    """uprobes still registered by anyone (perf-based uprobes show in this list while
+    their file descriptors are open)."""
+    try:
+        with open("/sys/kernel/tracing/uprobe_events") as handle:
+            text = handle.read()
+    except OSError:
+        text = ""
+    return text

@@ -155,10 +155,14 @@ const char *rd_buf_str(struct rd_buf *b)
 	return b->p;
 }
 
+int rd_warn_silent;
+
 void rd_warn(const char *fmt, ...)
 {
 	va_list ap;
 
+	if (rd_warn_silent)
+		return;
 	fputs("evmbpf: ", stderr);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);

@@ -35,7 +35,8 @@ void rd_buf_free(struct rd_buf *b);
 /* NUL-terminated view of the contents (valid until the next append). */
 const char *rd_buf_str(struct rd_buf *b);
 
-/* "evmbpf: " + message on stderr. */
+/* "evmbpf: " + message on stderr, unless rd_warn_silent (set by fuzzers). */
+extern int rd_warn_silent;
 void rd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

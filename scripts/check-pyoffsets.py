@@ -219,7 +219,8 @@ def keys_entries(keys):
         log2_index_bytes, kind = u8(keys + O["dk_log2_index_bytes"]), u8(keys + O["dk_kind"])
         size = 1 << u8(keys + O["dk_log2_size"])
         ib = 1 if size <= 0xFF else 2 if size <= 0xFFFF else 4 if size <= 0xFFFFFFFF else 8
-        eq("dk_log2_index_bytes = log2(dk_size * index width)", 1 << log2_index_bytes, size * ib)
+        if nentries:  # not Py_EMPTY_KEYS, whose 8 index bytes serve a 1-slot table
+            eq("dk_log2_index_bytes = log2(dk_size * index width)", 1 << log2_index_bytes, size * ib)
         base = keys + O["dk_indices"] + (1 << log2_index_bytes)
         esize, ko, vo = (16, 0, 8) if kind else (24, 8, 16)
     return [(ptr(base + i * esize + ko), ptr(base + i * esize + vo)) for i in range(nentries)]

@@ -40,7 +40,9 @@ die() { echo "chroot.sh: $*" >&2; exit 1; }
 # Packages beyond minbase, per chroot (comma-separated, for debootstrap --include).
 packages_for() {
 	case "$1" in
-	bullseye) echo "python3-torch" ;;
+	# debootstrap cannot pick a provider for dconf-service's "default-dbus-session-bus |
+	# dbus-session-bus" (a torch 1.7 dependency through GTK): name one.
+	bullseye) echo "python3-torch,dbus-x11" ;;
 	trixie)   echo "python3-torch" ;;
 	sid)      echo "python3-torch,python3-transformers,python3-dev,gcc,libc6-dev" ;;
 	*) die "unknown chroot '$1' (bullseye, trixie, sid)" ;;

@@ -84,7 +84,8 @@ if ((use_chroot)); then
 	have[14]=1
 	for pair in bullseye:9 trixie:13; do
 		name=${pair%:*} minor=${pair#*:}
-		if "$CHROOT" list | grep -q "^$name .* built$" && [ -n "${have[$minor]:-}" ]; then
+		if "$CHROOT" list | awk -v n="$name" '$1 == n && $3 == "built" { f = 1 } END { exit !f }' &&
+			[ -n "${have[$minor]:-}" ]; then
 			echo "measure-pyoffsets: cross-check with $name's 3.$minor headers" >&2
 			measure_chroot "$name" "$minor" > "$tmp/x-3.$minor"
 			if ! diff <(body "$tmp/3.$minor") <(body "$tmp/x-3.$minor") >&2; then

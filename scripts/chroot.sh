@@ -145,8 +145,15 @@ build() {
 	mirror=$(host_mirror)
 	ensure_debootstrap
 	tmp="$ROOT_DIR/.$name.tmp.$$"
-	no_mounts_under "$ROOT_DIR/.$name.tmp.$$" 2>/dev/null || true
-	rm -rf "$tmp"
+	# Leftovers of interrupted builds (we hold the lock: nobody else is building NAME).
+	local stale
+	for stale in "$ROOT_DIR/.$name.tmp."* "$ROOT_DIR/.$name.old."* "$dir"; do
+		[ -e "$stale" ] || continue
+		[ "$stale" = "$dir" ] && is_complete "$name" && continue
+		no_mounts_under "$stale"
+		echo "chroot.sh: removing incomplete $stale" >&2
+		rm -rf "$stale"
+	done
 	echo "chroot.sh: building $name from $mirror with $pkgs into $tmp" >&2
 	local t0=$SECONDS
 	# debootstrap mounts /proc and /sys in the target itself; keep those in a namespace.

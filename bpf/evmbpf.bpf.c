@@ -119,7 +119,7 @@ static __always_inline __u64 rd64(__u64 addr)
 
 static __always_inline int name_is(__u64 name_ptr, const char *want, int n)
 {
-	char buf[24] = {};
+	char buf[32] = {};
 	if (n > (int)sizeof(buf))
 		return 0;
 	if (bpf_probe_read_user(buf, n & 31, (void *)name_ptr))
@@ -188,6 +188,9 @@ static __noinline __u8 classify_type(__u64 type)
 			}
 			t = base;
 		}
+		if (kind == T_OTHER && cfg.gen_type &&
+		    name_is(rd64(type + pyo.tp_name), "_GeneratorContextManager", 25))
+			kind = T_GENCM;
 	}
 	struct type_info info = { .kind = kind, .heap = (flags >> 9) & 1 };
 	bpf_probe_read_user_str(info.name, sizeof(info.name), (void *)rd64(type + pyo.tp_name));
@@ -598,6 +601,205 @@ static __always_inline void finish(struct scratch *s)
 	}
 }
 
+
+/* ---------------------------------------------------------------- phase markers
+ *
+ * `with phase(NAME):` (a @contextmanager) looks up `__enter__` on its
+ * _GeneratorContextManager through _PyObject_LookupSpecial: there the marker's
+ * generator is remembered for the thread. It is active while that generator is
+ * suspended at its yield, and over once it has run to its end (left normally or by an
+ * exception). Module events read the state of the thread's few markers. */
+
+struct marker_list {
+	__u32 n;
+	__u32 pad;
+	__u64 gen[MARKERS_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct marker_list);
+} markers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} marker_codes SEC(".maps");
+
+/* Any thread holds markers: module calls of a process without any skip the lookup. */
+__u32 markers_live = 0;
+
+#define MARKER_PHASE 1
+#define MARKER_NONE 2
+
+static __always_inline __s8 gen_state(__u64 gen)
+{
+	__s8 state = 1;
+	if (rd64(gen + 8) != cfg.gen_type)
+		return 1; /* freed and reused: over */
+	bpf_probe_read_user(&state, 1, (void *)(gen + cfg.gen_frame_state));
+	return state;
+}
+
+/* The innermost marker active on this thread; forgets the ones that are over. */
+static __always_inline __u64 active_marker(void)
+{
+	if (!markers_live)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct marker_list *m = bpf_map_lookup_elem(&markers, &tid);
+	if (!m || !m->n)
+		return 0;
+	__u64 inner = 0;
+	__u32 keep = 0;
+	for (int i = 0; i < MARKERS_MAX; i++) {
+		if (i >= m->n)
+			break;
+		__u64 g = m->gen[i];
+		__s8 state = gen_state(g);
+		if (state > 0)
+			continue; /* completed or cleared */
+		m->gen[keep & (MARKERS_MAX - 1)] = g;
+		keep++;
+		if (state < 0 && state != cfg.gen_state_created)
+			inner = g;
+	}
+	m->n = keep;
+	return inner;
+}
+
+static __always_inline __u8 marker_code_kind(__u64 code)
+{
+	__u8 *cached = bpf_map_lookup_elem(&marker_codes, &code);
+	if (cached)
+		return *cached;
+	__u8 kind = MARKER_NONE;
+	__u64 qual = rd64(code + pyo.co_qualname);
+	__u64 file = rd64(code + pyo.co_filename);
+	if (name_is(qual + pyo.str_ascii_data, "phase", 6)) {
+		/* ...evalmetry/debug.py */
+		__s64 len = (__s64)rd64(file + pyo.str_length);
+		if (len >= 18 && len < 4096 &&
+		    name_is(file + pyo.str_ascii_data + len - 18, "evalmetry/debug.py", 18))
+			kind = MARKER_PHASE;
+	}
+	bpf_map_update_elem(&marker_codes, &code, &kind, BPF_ANY);
+	return kind;
+}
+
+/* The first few attribute values of an instance (a _GeneratorContextManager keeps
+ * `gen` first), wherever this Python keeps them: a PyDictValues block (3.11: before the
+ * object; 3.12: tagged in the managed-dict slot; 3.13+: inline after the object), or a
+ * materialized __dict__ (split: its values block; combined: its first entries). */
+static __always_inline int instance_values(__u64 obj, __u64 out[4])
+{
+	__u64 block = 0;
+	if (pyo.managed_kind == 1) {
+		block = rd64(obj + (__s16)pyo.managed_values);
+	} else if (pyo.managed_kind == 2) {
+		__u64 slot = rd64(obj + (__s16)pyo.managed_dict);
+		if (slot & 1)
+			block = slot + 1;
+	} else if (pyo.managed_kind == 3) {
+		__u64 basic = rd64(rd64(obj + 8) + pyo.tp_basicsize);
+		__u8 head[4] = {};
+		bpf_probe_read_user(head, 4, (void *)(obj + basic));
+		if (head[3]) /* valid */
+			block = obj + basic;
+	}
+	if (!block) {
+		__u64 dict = rd64(obj + (__s16)pyo.managed_dict);
+		if (!dict || (dict & 1))
+			return -1;
+		block = rd64(dict + pyo.dict_values);
+		if (!block) {
+			__u64 keys = rd64(dict + pyo.dict_keys);
+			__u8 log2_index = 0, dkind = 0;
+			bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
+			bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+			__u64 entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+			__u32 esize = dkind ? 16 : 24, voff = dkind ? 8 : 16;
+			for (int i = 0; i < 4; i++)
+				out[i] = rd64(entries + i * esize + voff);
+			return 0;
+		}
+	}
+	return bpf_probe_read_user(out, 4 * 8, (void *)(block + pyo.dictvalues_values)) ? -1 : 0;
+}
+
+SEC("uprobe")
+int BPF_KPROBE(marker_enter, void *mgr, void *attr)
+{
+	__u64 type = rd64((__u64)mgr + 8);
+	if (!type || classify_type(type) != T_GENCM)
+		return 0;
+	if (!name_is((__u64)attr + pyo.str_ascii_data, "__enter__", 10))
+		return 0;
+	__u64 cand[4] = {};
+	if (instance_values((__u64)mgr, cand))
+		return 0;
+	__u64 gen = 0;
+	for (int i = 0; i < 4; i++) {
+		__u64 c = cand[i] & ~3ULL;
+		if (!c || rd64(c + 8) != cfg.gen_type)
+			continue;
+		__u64 code = rd64(c + cfg.gen_iframe + pyo.iframe_code) & ~3ULL;
+		if (marker_code_kind(code) == MARKER_PHASE) {
+			gen = c;
+			break;
+		}
+	}
+	if (!gen)
+		return 0;
+
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct marker_list *m = bpf_map_lookup_elem(&markers, &tid);
+	if (!m) {
+		struct marker_list empty = {};
+		bpf_map_update_elem(&markers, &tid, &empty, BPF_NOEXIST);
+		m = bpf_map_lookup_elem(&markers, &tid);
+		if (!m)
+			return 0;
+	}
+	markers_live = 1;
+	active_marker(); /* forget the ones that are over first */
+	__u32 n = m->n;
+	if (n >= MARKERS_MAX) {
+		/* deeper than we keep: drop the outermost */
+		for (int i = 0; i < MARKERS_MAX - 1; i++)
+			m->gen[i] = m->gen[i + 1];
+		n = MARKERS_MAX - 1;
+	}
+	m->gen[n & (MARKERS_MAX - 1)] = gen;
+	m->n = n + 1;
+
+	struct rec_marker *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		return 0;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	r->hdr.kind = REC_MARKER;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->gen = gen;
+	r->name[0] = 0;
+	__u64 name = rd64(gen + cfg.gen_iframe + pyo.iframe_localsplus) & ~3ULL;
+	__u32 state = (__u32)rd64(name + pyo.str_state);
+	if (((state >> 2) & 7) == 1 && ((state >> 5) & 1))
+		bpf_probe_read_user_str(r->name, sizeof(r->name),
+					(void *)(name + (((state >> 6) & 1) ? pyo.str_ascii_data
+									     : pyo.str_compact_data)));
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
 SEC("uprobe")
 int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 {
@@ -610,6 +812,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		return 0;
 	struct rec_call *r = (void *)s->buf;
 	r->flags = 0;
+	r->marker = active_marker();
 	if (hold_next) {
 		hold_next = 0;
 		bpf_send_signal(19 /* SIGSTOP */);
@@ -644,6 +847,7 @@ int BPF_KRETPROBE(call_exit, void *ret)
 		return 0;
 	struct rec_call *r = (void *)s->buf;
 	r->flags = ret ? 0 : REC_F_EXCEPTION;
+	r->marker = active_marker();
 	if (ret) {
 		push(s, W_ONE, (__u64)ret, 0);
 		describe(s);

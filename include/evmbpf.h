@@ -32,6 +32,7 @@ enum rec_kind {
 	REC_TASK_EXIT = 4, /* a thread of the target exited; the leader's exit ends the trace */
 	REC_STOPPED = 5,   /* launch mode: the child was stopped at exec or at its entry point */
 	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
+	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
 };
 
 struct rec_hdr {
@@ -48,6 +49,7 @@ struct rec_call {
 	__u64 sp;     /* stack pointer at entry, pairs the exit with its entry */
 	__u32 flags;  /* REC_F_* */
 	__u32 nodes;  /* description nodes that follow */
+	__u64 marker; /* the innermost phase marker active on this thread (its generator), or 0 */
 };
 
 #define REC_F_EXCEPTION 1u  /* exit: NULL return value */
@@ -129,6 +131,15 @@ struct rec_task_exit {
 	__u32 group_dead;
 };
 
+/* `with phase(NAME):` seen entering: the marker's generator and its name. */
+#define MARKER_NAME_MAX 64
+#define MARKERS_MAX 8   /* phase markers nested on one thread, at most */
+struct rec_marker {
+	struct rec_hdr hdr;
+	__u64 gen;
+	char name[MARKER_NAME_MAX];
+};
+
 struct rec_module_type {
 	struct rec_hdr hdr;
 	__u64 type;
@@ -164,6 +175,7 @@ enum type_kind {
 	T_DICT,
 	T_TENSOR,
 	T_MODULE,
+	T_GENCM,    /* contextlib._GeneratorContextManager: maybe a phase marker */
 };
 
 /* The BPF side's verdict on a type object, with its name: user space names types from
@@ -183,6 +195,11 @@ struct target_config {
 	__u64 object_type;
 	__u32 tgid;
 	__u32 pad;
+	/* phase markers: generator layout (0: markers not supported for this Python) */
+	__u64 gen_type;
+	__u16 gen_frame_state, gen_iframe;
+	__s8 gen_state_created;
+	__u8 pad2[3];
 };
 
 #endif

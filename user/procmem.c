@@ -196,7 +196,7 @@ int py_dict_items(const struct pyreader *r, uint64_t dict, dict_item_fn fn, void
 	if (err || !keys)
 		return -1;
 	if (values)
-		return split_items(r, keys, values, o->version >= 313 ? 8 : 0, fn, arg);
+		return split_items(r, keys, values, o->dictvalues_values, fn, arg);
 	struct keys_layout k;
 	if (keys_layout(r, keys, &k))
 		return -1;
@@ -263,14 +263,6 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	if (err)
 		return 0;
 	if (o->version == 311) {
-		if (verbose > 2) {
-			char tn[64] = "?";
-			py_type_name(r, type, tn, sizeof(tn));
-			debugx("attr %s of %#lx (%s, refcnt %lu): dict %#lx values %#lx keys %#lx words %#lx %#lx", name, (unsigned long)obj, tn,
-			       (unsigned long)pm_u64(r, obj, NULL),
-			       (unsigned long)slot, (unsigned long)pm_u64(r, obj + o->managed_values, NULL),
-			       (unsigned long)keys, (unsigned long)pm_u64(r, obj - 16, NULL), (unsigned long)pm_u64(r, obj - 8, NULL));
-		}
 		if (slot)
 			return py_dict_get_str(r, slot, name);
 		uint64_t values = pm_u64(r, obj + o->managed_values, &err);
@@ -280,8 +272,9 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	}
 	if (o->version == 312) {
 		if (slot & 1) {
+			/* the slot holds (values - 1) | 1: values = slot + 1 */
 			if (keys)
-				split_items(r, keys, slot - 1, 0, match_key, &l);
+				split_items(r, keys, slot + 1, 0, match_key, &l);
 			return l.found;
 		}
 		return slot ? py_dict_get_str(r, slot, name) : 0;
@@ -289,10 +282,13 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	/* 3.13+: the managed dict when one was made, else values inline after the object */
 	if (slot)
 		return py_dict_get_str(r, slot, name);
+	/* Py_TPFLAGS_INLINE_VALUES; the block is {capacity, size, embedded, valid, values[]} */
+	if (!(flags & (1UL << 2)))
+		return 0;
 	uint64_t basicsize = pm_u64(r, type + o->tp_basicsize, &err);
 	uint8_t valid[4];
 	if (err || pm_read(r, obj + basicsize, valid, sizeof(valid)) || !valid[3] || !keys)
 		return 0;
-	split_items(r, keys, obj + basicsize, 8, match_key, &l);
+	split_items(r, keys, obj + basicsize, o->dictvalues_values, match_key, &l);
 	return l.found;
 }

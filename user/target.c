@@ -220,6 +220,31 @@ int target_is_python(pid_t pid)
 	return s.found;
 }
 
+/* Phase markers (`with phase(NAME):`) are seen where `with` looks up __enter__, and
+ * followed through their generator's state: its layout per version. */
+static void find_marker_support(struct target *t, struct elf_file *f)
+{
+	static const struct { int minor; uint16_t state, iframe; int8_t created; } gens[] = {
+		{ 11, 75, 80, -2 },
+		{ 12, 67, 72, -2 },
+		{ 13, 67, 72, -3 },
+	};
+	uint64_t v;
+	for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
+		if (gens[i].minor != t->minor)
+			continue;
+		if (runtime_symbol(t, f, "PyGen_Type", &t->gen_type) ||
+		    elf_file_symbol(f, "_PyObject_LookupSpecial", &v, NULL) ||
+		    probe_offset(f, v, &t->lookup_special_off)) {
+			t->gen_type = 0;
+			return;
+		}
+		t->gen_frame_state = gens[i].state;
+		t->gen_iframe = gens[i].iframe;
+		t->gen_state_created = gens[i].created;
+	}
+}
+
 int target_inspect(struct target *t, pid_t pid)
 {
 	memset(t, 0, sizeof(*t));
@@ -304,6 +329,7 @@ int target_inspect(struct target *t, pid_t pid)
 	uint64_t v;
 	if (elf_file_symbol(f, "PyErr_Display", &v, NULL) || probe_offset(f, v, &t->err_display_off))
 		t->err_display_off = 0;
+	find_marker_support(t, f);
 	target_find_torch(t);
 	rc = 0;
 out:

@@ -23,6 +23,10 @@ struct target {
 	/* file offsets for uprobes */
 	uint64_t slot_tp_call_off;    /* + 4 past an endbr64 */
 	uint64_t err_display_off;
+	uint64_t lookup_special_off;  /* _PyObject_LookupSpecial: `with` statements (phase markers) */
+	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
+	uint16_t gen_frame_state, gen_iframe;
+	int8_t gen_state_created;
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */

@@ -132,11 +132,31 @@ static struct thread_stack *thread_of(struct trace *t, uint32_t tid)
 	return s;
 }
 
-static const char *current_phase(struct trace *t, uint32_t tid)
+/* The phase a record was made in: the name of the innermost phase marker active on its
+ * thread, as the BPF side saw it, or "other". */
+static const char *phase_of(struct trace *t, uint64_t marker)
 {
-	(void)t;
-	(void)tid;
+	if (!marker)
+		return DEFAULT_PHASE;
+	for (size_t k = 0, i = (marker >> 4) % MARKER_SLOTS; k < MARKER_SLOTS;
+	     k++, i = (i + 1) % MARKER_SLOTS)
+		if (t->markers[i].gen == marker)
+			return t->markers[i].name;
 	return DEFAULT_PHASE;
+}
+
+static void on_marker(struct trace *t, const struct rec_marker *r)
+{
+	size_t i = (r->gen >> 4) % MARKER_SLOTS, k;
+	/* a generator address names the newest marker made there */
+	for (k = 0; k < MARKER_SLOTS; k++, i = (i + 1) % MARKER_SLOTS)
+		if (!t->markers[i].gen || t->markers[i].gen == r->gen)
+			break;
+	if (k == MARKER_SLOTS) /* full: markers long over hold the slots; start afresh */
+		memset(t->markers, 0, sizeof(t->markers));
+	t->markers[i].gen = r->gen;
+	snprintf(t->markers[i].name, sizeof(t->markers[i].name), "%.*s", MARKER_NAME_MAX - 1,
+		 r->name);
 }
 
 static void frame_free(struct frame *f)
@@ -234,7 +254,7 @@ static int set_root(struct trace *t, uint64_t self)
 	return 0;
 }
 
-static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts)
+static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts, const char *phase)
 {
 	struct buf b = {0};
 	int first = 1;
@@ -242,7 +262,7 @@ static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts)
 	buf_putc(&b, '{');
 	jw_key(&b, &first, "event"), jw_cstr(&b, "forward");
 	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, current_phase(t, tid));
+	jw_key(&b, &first, "phase"), jw_cstr(&b, phase);
 	jw_key(&b, &first, "samples"), jw_null(&b);
 	jw_key(&b, &first, "batch_rows"), jw_null(&b);
 	finish_event(t, &b, tid, ts);
@@ -266,7 +286,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
 	if (r->self == t->root) {
 		reconcile(t, s, "a new forward began");
-		begin_forward(t, r->hdr.tid, r->hdr.ts_ns);
+		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_of(t, r->marker));
 	}
 	if (!mod) {
 		if (!t->unknown_modules++ || verbose > 1)
@@ -292,7 +312,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	struct frame *f = &s->frames[s->depth++];
 	f->mod = mod;
 	f->call_id = ++t->call_id;
-	f->phase = xstrdup(current_phase(t, r->hdr.tid));
+	f->phase = xstrdup(phase_of(t, r->marker));
 	f->args = xstrdup(args.data);
 
 	struct buf b = {0};
@@ -352,7 +372,7 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
 	jw_key(&b, &first, "type"), found ? jw_cstr(&b, f.mod->type_name) : jw_null(&b);
 	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, current_phase(t, r->hdr.tid));
+	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_of(t, r->marker));
 	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
 	jw_key(&b, &first, "call"), found ? jw_int(&b, f.call_id) : jw_null(&b);
 	jw_key(&b, &first, "output"), buf_puts(&b, out.data ? out.data : "null");
@@ -403,6 +423,10 @@ void trace_record(struct trace *t, const void *data, size_t size)
 		if (!t->last_exc)
 			t->last_exc = xmalloc(sizeof(*t->last_exc));
 		memcpy(t->last_exc, data, sizeof(*t->last_exc));
+		break;
+	case REC_MARKER:
+		if (size >= sizeof(struct rec_marker))
+			on_marker(t, data);
 		break;
 	case REC_MODULE_TYPE:
 		if (size >= sizeof(struct rec_module_type))
@@ -469,7 +493,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "event"), jw_cstr(&b, "error");
 	jw_key(&b, &first, "exc_type"), jw_cstr(&b, exc_type);
 	jw_key(&b, &first, "message"), jw_cstr(&b, message);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : current_phase(t, tid));
+	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : DEFAULT_PHASE);
 	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
 	jw_key(&b, &first, "inspection"), jw_null(&b);
 	jw_key(&b, &first, "detected_at"), jw_null(&b);

@@ -53,6 +53,13 @@ struct trace {
 	char **ring;
 	size_t ring_head, ring_count;
 
+	/* phase markers seen: generator address -> name */
+#define MARKER_SLOTS 512
+	struct {
+		uint64_t gen;
+		char name[MARKER_NAME_MAX];
+	} markers[MARKER_SLOTS];
+
 	struct rec_exception *last_exc;  /* uncaught exception, if one reached the top */
 	int ended;
 	int write_failed;

@@ -54,7 +54,7 @@ struct session {
 	struct trace trace;
 	struct evmbpf_bpf *skel;
 	struct ring_buffer *rb;
-	struct bpf_link *links[4];
+	struct bpf_link *links[8];
 	int nlinks;
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
@@ -135,6 +135,10 @@ static int load_and_attach(struct session *s)
 	skel->rodata->cfg.float_type = t->float_type;
 	skel->rodata->cfg.object_type = t->object_type;
 	skel->rodata->cfg.tgid = t->pid;
+	skel->rodata->cfg.gen_type = t->gen_type;
+	skel->rodata->cfg.gen_frame_state = t->gen_frame_state;
+	skel->rodata->cfg.gen_iframe = t->gen_iframe;
+	skel->rodata->cfg.gen_state_created = t->gen_state_created;
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
@@ -163,6 +167,14 @@ static int load_and_attach(struct session *s)
 				  "PyErr_Display");
 		if (l)
 			s->links[s->nlinks++] = l;
+	}
+	if (t->gen_type) {
+		l = attach_uprobe(skel->progs.marker_enter, 0, t->pid, t->py_open,
+				  t->lookup_special_off, "_PyObject_LookupSpecial");
+		if (l)
+			s->links[s->nlinks++] = l;
+	} else {
+		debugx("phase markers are not followed on Python %d.%d", t->major, t->minor);
 	}
 	l = bpf_program__attach(skel->progs.task_exit);
 	if (!l) {

@@ -9,7 +9,7 @@
 
 #include "pyfmt.h"
 
-#define CHUNK (1u << 20)
+size_t rd_read_chunk = 1u << 20;
 
 /* ---- lines ---- */
 
@@ -136,8 +136,8 @@ void rd_trace_init(struct rd_trace *t, FILE *f, const char *path)
 	memset(t, 0, sizeof(*t));
 	t->path = path;
 	t->lines.f = f;
-	t->lines.cap = CHUNK;
-	t->lines.buf = rd_xmalloc(CHUNK);
+	t->lines.cap = rd_read_chunk ? rd_read_chunk : 1;
+	t->lines.buf = rd_xmalloc(t->lines.cap);
 	t->lines.max_line = RD_LINE_MAX;
 }
 

@@ -15,6 +15,9 @@
 #include "reader_json.h"
 #include "reader_util.h"
 
+/* Bytes read at a time (1 MiB); fuzzers make it small to split lines across reads. */
+extern size_t rd_read_chunk;
+
 /* Longest line read; a longer one is skipped as corrupt. */
 #define RD_LINE_MAX (256u << 20)
 

@@ -170,6 +170,9 @@ int readers_main(int argc, char **argv)
 		fputs(usage_text, stdout);
 		return 0;
 	}
+	/* a testing knob: small reads split lines (and \r\n) across reads */
+	if (getenv("EVMBPF_READ_CHUNK"))
+		rd_read_chunk = (size_t)strtoul(getenv("EVMBPF_READ_CHUNK"), NULL, 10);
 	file = rd_resolve_trace(o.trace, &err);
 	if (!file) {
 		fprintf(stderr, "%s\n", err);

@@ -1,0 +1,114 @@
+"""Phases rebuilt from the host's own markers, and from --phase rules."""
+import os
+import subprocess
+import threading
+
+import pytest
+
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, compare_traces,
+                            load, run_launch, run_reference, torch_major, Attached)
+
+pytestmark = pytest.mark.root
+KWARGS = torch_major() >= 2
+
+
+@pytest.mark.parametrize("name", ["phases_more.py"])
+def test_markers_match_reference(evmbpf, tmp_path, name):
+    workload = os.path.join(OWN_WORKLOADS, name)
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    run_reference(workload, ref)
+    result = run_launch(workload, got)
+    assert result.returncode == 0, result.stderr
+    events = load(got)
+    assert {e["phase"] for e in events if e["event"] == "enter"} >= {
+        "other", "generate", "model_forward", "signal_collection", "scoring"}
+    compare_traces(load(ref), events, kwargs=KWARGS)
+
+
+def test_markers_attached_by_pid(evmbpf, tmp_path):
+    workload = os.path.join(OWN_WORKLOADS, "phases_more.py")
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    run_reference(workload, ref)
+    run = Attached(workload, got)
+    run.release()
+    run.finish()
+    compare_traces(load(ref), load(got), kwargs=KWARGS)
+
+
+def test_rules_name_phases_like_markers(evmbpf, tmp_path):
+    """A host without markers, named by rules, gives the phases the marked host gives."""
+    workload = os.path.join(OWN_WORKLOADS, "phases_rules.py")
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    env = dict(os.environ, PHASES_BY_MARKERS="1")
+    run_reference(workload, ref, env=env)
+    result = run_launch(workload, got, evmbpf_args=[
+        "--phase", "model_forward=phases_rules:score",
+        "--phase", "generate=*:generate_*"])
+    assert result.returncode == 0, result.stderr
+    events = load(got)
+    assert [e["phase"] for e in events if e["event"] == "forward"] == [
+        "other", "model_forward", "model_forward", "generate"]
+    compare_traces(load(ref), events, kwargs=KWARGS)
+
+
+def test_markers_beat_rules(evmbpf, tmp_path):
+    workload = os.path.join(OWN_WORKLOADS, "phases_rules.py")
+    got = str(tmp_path / "got.jsonl")
+    env = dict(os.environ, PHASES_BY_MARKERS="1")
+    result = run_launch(workload, got, env=env,
+                        evmbpf_args=["--phase", "ruled=*:score", "--phase", "ruled=*:run"])
+    assert result.returncode == 0, result.stderr
+    phases = [e["phase"] for e in load(got) if e["event"] == "forward"]
+    assert phases == ["ruled", "model_forward", "model_forward", "generate"]
+
+
+def test_bad_phase_rules_are_refused(evmbpf, tmp_path):
+    for bad in ["", "=x", "name=", "name", "name=mod:"]:
+        result = subprocess.run([EVMBPF, "--phase", bad, "--out", str(tmp_path / "x"), "--",
+                                 "true"], capture_output=True, text=True)
+        assert result.returncode == 2, (bad, result.stderr)
+        assert "--phase" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+THREADS = '''
+import threading, torch
+from torch import nn
+from evalmetry.debug import phase
+
+model = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+other = nn.Sequential(nn.Linear(4, 4)).eval()
+barrier = threading.Barrier(2)
+
+def marked():
+    with phase("model_forward"):
+        for _ in range(20):
+            barrier.wait()
+            model(torch.ones(1, 4))
+
+def plain():
+    for _ in range(20):
+        barrier.wait()
+        model(torch.ones(1, 4))
+
+with torch.no_grad():
+    a = threading.Thread(target=marked)
+    b = threading.Thread(target=plain)
+    a.start(); b.start(); a.join(); b.join()
+'''
+
+
+def test_markers_are_per_thread(evmbpf, tmp_path):
+    """A marker entered on one thread does not name another thread's work."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    got = str(tmp_path / "got.jsonl")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(REF_WORKLOADS))
+    result = subprocess.run([EVMBPF, "--out", got, "--", HOST_PYTHON, str(script)],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    events = [e for e in load(got) if e["event"] in ("enter", "exit")]
+    by_tid = {}
+    for e in events:
+        by_tid.setdefault(e["tid"], set()).add(e["phase"])
+    assert sorted(map(sorted, by_tid.values())) == [["model_forward"], ["other"]]
+    assert len(events) == 2 * 20 * 2 * 3

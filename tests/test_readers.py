@@ -1,0 +1,458 @@
+"""Golden tests of `evmbpf summarize | show | forwards` against the reference reader.
+
+The reference is ../shared/reference/evalmetry/debug.py, run in this process: its
+reader functions need no torch. Every trace is read by both and the outputs must be
+equal byte for byte, except that the reference's suggestion `evalmetry debug PATH`
+reads `evmbpf show PATH` in evmbpf.
+
+Traces: the hand-made edge cases in tests/readers/corpus/ (see make_corpus.py), and
+traces the reference tracer writes for the workloads in ../shared/reference/workloads
+(made at test time; they need a Python with torch, and are skipped without one).
+Then the robustness the reference does not have: cut-off and corrupt lines, empty and
+missing files, run directories, mutated traces, and a short libFuzzer run.
+"""
+import copy
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(REPO, "build", "evmbpf")
+ASAN_BIN = os.path.join(REPO, "build", "fuzz", "readers_asan")
+FUZZER = os.path.join(REPO, "build", "fuzz", "fuzz_readers")
+REFERENCE = os.path.join(REPO, "..", "shared", "reference")
+CORPUS = os.path.join(REPO, "tests", "readers", "corpus")
+CRASHERS = os.path.join(REPO, "tests", "fuzz", "corpus")
+
+if not os.path.isdir(REFERENCE):
+    pytest.skip(f"the reference reader is not at {REFERENCE}", allow_module_level=True)
+sys.path.insert(0, REFERENCE)
+from evalmetry import debug  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.access(BIN, os.X_OK),
+                                reason=f"{BIN} is not built: run make")
+
+CORPUS_TRACES = sorted(f for f in os.listdir(CORPUS) if f.endswith(".jsonl"))
+
+# (name, workload, run_workload.py options)
+WORKLOADS = [
+    ("tiny", "tiny_transformer.py", []),
+    ("tiny-numeric", "tiny_transformer.py", ["--numeric"]),
+    ("tiny-tail", "tiny_transformer.py", ["--tail", "70", "--numeric"]),
+    ("tiny-modules", "tiny_transformer.py", ["--modules", r"layers\.\d+\.(attn|mlp)$"]),
+    ("raises", "raises.py", []),
+    ("raises-numeric", "raises.py", ["--numeric"]),
+    ("raises-tail", "raises.py", ["--tail", "15", "--numeric"]),
+    ("phases", "phases.py", ["--phase", "loglikelihood"]),
+    ("reentry", "reentry.py", ["--numeric"]),
+]
+
+PATTERNS = [r"layers\.0\.", "layers.1", r"attn\.[qk]$", "mlp|guard", r"^\w+$", "(?:inner)",
+            "zzz", r"layers\.\d+\.self_attn"]
+
+
+# ---- running both readers ----
+
+def evmbpf(*args, binary=BIN, env=None):
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
+                          env=env)
+
+
+def reference_summary(path, tail=10):
+    text = debug.summarize_trace(path, tail=tail)
+    # The one intended difference: the reader to run next is evmbpf's.
+    text = re.sub(r"(?m)^  evalmetry debug ", "  evmbpf show ", text)
+    return text + "\n"
+
+
+def reference_show(path, forward, module=None):
+    return debug.describe_forward(debug.read_trace(path), forward, module) + "\n"
+
+
+def reference_index_json(path):
+    return json.dumps(debug.forward_index(debug.read_trace(path))) + "\n"
+
+
+def forwards_of(path):
+    numbers = [e["forward"] for e in debug.forward_index(debug.read_trace(path))]
+    numbers = [n for n in numbers if isinstance(n, int) and not isinstance(n, bool)]
+    picked = numbers[:3] + numbers[-2:]
+    return sorted(set(picked)) + [max(numbers, default=0) + 1000]
+
+
+def check_all_commands(path, env=None):
+    for tail in (None, 3, 1, 0, -2):
+        args = ["summarize", path] + ([] if tail is None else ["--tail", str(tail)])
+        got = evmbpf(*args, env=env)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == reference_summary(path, 10 if tail is None else tail), args
+    got = evmbpf("forwards", path, "--json", env=env)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == reference_index_json(path)
+    for forward in forwards_of(path):
+        got = evmbpf("show", path, "--forward", str(forward), env=env)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == reference_show(path, forward), forward
+        for pattern in PATTERNS:
+            got = evmbpf("show", path, "--forward", str(forward), "--module", pattern, env=env)
+            assert got.returncode == 0, got.stderr
+            assert got.stdout == reference_show(path, forward, pattern), (forward, pattern)
+
+
+# ---- golden: the hand-made corpus ----
+
+@pytest.mark.parametrize("name", CORPUS_TRACES)
+def test_corpus_matches_reference(name):
+    check_all_commands(os.path.join(CORPUS, name))
+
+
+@pytest.mark.parametrize("name", ["kv_cache.jsonl", "tail_failed.jsonl", "unicode_names.jsonl"])
+def test_lines_split_across_reads(name):
+    """Seven-byte reads: every line and every multi-byte character spans reads."""
+    env = dict(os.environ, EVMBPF_READ_CHUNK="7")
+    check_all_commands(os.path.join(CORPUS, name), env=env)
+
+
+# ---- golden: traces the reference tracer writes ----
+
+def torch_python():
+    for candidate in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+        if candidate and subprocess.run([candidate, "-c", "import torch"],
+                                        capture_output=True).returncode == 0:
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="session")
+def workload_traces(tmp_path_factory):
+    python = torch_python()
+    if python is None:
+        pytest.skip("no Python with torch to run the reference tracer")
+    out = tmp_path_factory.mktemp("workloads")
+    made = {}
+    for name, workload, options in WORKLOADS:
+        trace = str(out / f"{name}.jsonl")
+        subprocess.run([python, os.path.join(REFERENCE, "run_workload.py"),
+                        os.path.join(REFERENCE, "workloads", workload), "--trace", trace,
+                        *options], capture_output=True, timeout=300)
+        made[name] = trace
+    return made
+
+
+@pytest.mark.parametrize("name", [w[0] for w in WORKLOADS])
+def test_workload_trace_matches_reference(workload_traces, name):
+    path = workload_traces[name]
+    assert os.path.exists(path), f"the reference tracer wrote no {name} trace"
+    check_all_commands(path)
+
+
+def test_forwards_text_lists_every_forward():
+    path = os.path.join(CORPUS, "many_forwards.jsonl")
+    got = evmbpf("forwards", path)
+    index = debug.forward_index(debug.read_trace(path))
+    lines = got.stdout.splitlines()
+    assert got.returncode == 0 and len(lines) == len(index) == 25
+    assert lines[0].startswith("forward 1 ") and " modules   " in lines[0]
+    assert lines[-1].split()[1] == "25"
+
+
+# ---- damaged traces ----
+
+def write(path, text):
+    with open(path, "w", newline="") as handle:
+        handle.write(text)
+    return str(path)
+
+
+def corpus_lines(name):
+    with open(os.path.join(CORPUS, name)) as handle:
+        return handle.read().splitlines(keepends=True)
+
+
+def test_cut_off_last_line_is_skipped(tmp_path):
+    lines = corpus_lines("error_mem.jsonl")
+    whole = write(tmp_path / "whole.jsonl", "".join(lines[:-1]))
+    cut = write(tmp_path / "cut.jsonl", "".join(lines[:-1]) + lines[-1][:37])
+    got = evmbpf("summarize", cut)
+    assert got.returncode == 0
+    assert got.stdout == reference_summary(whole).replace(whole, cut)
+    assert f"cut.jsonl:{len(lines)}:" in got.stderr and "cut off" in got.stderr
+
+
+def test_corrupt_middle_line_is_reported_and_skipped(tmp_path):
+    lines = corpus_lines("kv_cache.jsonl")
+    clean = write(tmp_path / "clean.jsonl", "".join(lines[:4] + lines[5:]))
+    bad = write(tmp_path / "bad.jsonl", "".join(lines[:4] + ['{"event": "enter", oops\n'] + lines[5:]))
+    for args in (["summarize"], ["forwards", "--json"]):
+        got = evmbpf(args[0], bad, *args[1:])
+        assert got.returncode == 0
+        assert "bad.jsonl:5:" in got.stderr and "corrupt line" in got.stderr
+    got = evmbpf("show", bad, "--forward", "1")
+    assert got.stdout == reference_show(clean, 1)
+
+
+def test_crlf_and_blank_lines_read_as_python_does(tmp_path):
+    lines = corpus_lines("error_nomem.jsonl")
+    path = write(tmp_path / "crlf.jsonl",
+                 "\r\n".join(line.rstrip("\n") for line in lines) + "\r\n  \n\u00a0\n")
+    check_all_commands(path)
+
+
+def test_empty_file_is_an_empty_trace(tmp_path):
+    path = write(tmp_path / "empty.jsonl", "")
+    got = evmbpf("summarize", path)
+    assert got.returncode == 0 and got.stdout == reference_summary(path)
+    got = evmbpf("show", path, "--forward", "1")
+    assert got.stdout == reference_show(path, 1)
+    assert evmbpf("forwards", path, "--json").stdout == "[]\n"
+
+
+def test_nothing_usable_fails(tmp_path):
+    path = write(tmp_path / "junk.jsonl", "not json\n[1, 2]\n{\"event\": \n")
+    for args in (["summarize", path], ["show", path, "--forward", "1"], ["forwards", path]):
+        got = evmbpf(*args)
+        assert got.returncode == 1 and got.stdout == ""
+        assert "no usable event" in got.stderr and "junk.jsonl:1:" in got.stderr
+
+
+def test_missing_file_says_what_the_reference_says(tmp_path):
+    path = str(tmp_path / "nope.jsonl")
+    with pytest.raises(FileNotFoundError) as expected:
+        debug.read_trace(path)
+    for args in (["summarize", path], ["show", path, "--forward", "1"], ["forwards", path]):
+        got = evmbpf(*args)
+        assert got.returncode != 0 and got.stdout == ""
+        assert got.stderr.strip() == str(expected.value)
+
+
+def test_run_directory_without_debug(tmp_path):
+    with pytest.raises(FileNotFoundError) as expected:
+        debug.read_trace(str(tmp_path))
+    got = evmbpf("summarize", str(tmp_path))
+    assert got.returncode != 0 and got.stderr.strip() == str(expected.value)
+    got = evmbpf("summarize", str(tmp_path) + "/")
+    assert "debug" in got.stderr and "//" not in got.stderr
+
+
+def test_run_directory_reads_trace_jsonl_first(tmp_path):
+    (tmp_path / "debug").mkdir()
+    shutil.copy(os.path.join(CORPUS, "layers.jsonl"), tmp_path / "debug" / "a.jsonl")
+    shutil.copy(os.path.join(CORPUS, "error_mem.jsonl"), tmp_path / "debug" / "trace.jsonl")
+    (tmp_path / "debug" / "notes.txt").write_text("not a trace")
+    run = str(tmp_path)
+    assert evmbpf("summarize", run).stdout == reference_summary(run)
+    assert evmbpf("show", run, "--forward", "1").stdout == reference_show(run, 1)
+    os.remove(tmp_path / "debug" / "trace.jsonl")
+    assert evmbpf("summarize", run).stdout == reference_summary(run)
+
+
+def test_bad_regex_is_refused():
+    path = os.path.join(CORPUS, "layers.jsonl")
+    for pattern in ("layers.(", "(?<=a)b", "[abc"):
+        got = evmbpf("show", path, "--forward", "1", "--module", pattern)
+        assert got.returncode == 2 and got.stdout == ""
+        assert "--module" in got.stderr and "regular expression" in got.stderr
+
+
+def test_usage_errors():
+    path = os.path.join(CORPUS, "layers.jsonl")
+    for args in (["show", path], ["summarize", path, "--tail", "x"], ["summarize"],
+                 ["forwards", path, "--bogus"], ["show", path, "--forward", "1.5"]):
+        got = evmbpf(*args)
+        assert got.returncode == 2 and "USAGE" in got.stderr, args
+    got = evmbpf("summarize", "--help")
+    assert got.returncode == 0 and "EXAMPLES" in got.stdout
+
+
+# ---- bounded memory, and the paths only big traces take ----
+
+def many_unwound(path, count):
+    with open(path, "w") as handle:
+        handle.write(json.dumps({"event": "forward", "forward": 1, "i": 1}) + "\n")
+        for k in range(count):
+            handle.write(json.dumps({"event": "enter", "module": f"m{k}", "type": "M", "depth": 0,
+                                     "phase": "p", "forward": 1, "call": k, "i": 2 * k + 2}) + "\n")
+            handle.write(json.dumps({"event": "unwound", "module": f"m{k}", "type": "M",
+                                     "depth": k % 3, "forward": 1, "call": k, "args": [],
+                                     "deepest": k % 2 == 0, "i": 2 * k + 3}) + "\n")
+    return str(path)
+
+
+def test_more_unwound_events_than_kept_in_memory(tmp_path):
+    path = many_unwound(tmp_path / "unwound.jsonl", 70000)
+    got = evmbpf("summarize", path, "--tail", "4")
+    assert got.returncode == 0 and got.stdout == reference_summary(path, 4)
+
+
+def peak_rss_kb(args):
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
+             "stdout=subprocess.DEVNULL); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    return int(subprocess.run([sys.executable, "-c", probe, *args], capture_output=True,
+                              text=True, check=True).stdout)
+
+
+def big_trace(path, forwards):
+    event = {"event": "enter", "module": "model.layers.0.self_attn", "type": "Attention",
+             "depth": 2, "phase": "loglikelihood", "forward": 0, "call": 0,
+             "args": [{"shape": [8, 512, 4096], "dtype": "bfloat16", "device": "cuda:0"}],
+             "kwargs": {"use_cache": {"type": "bool", "value": True}}, "mem": None, "i": 0}
+    i = 0
+    with open(path, "w") as handle:
+        for f in range(1, forwards + 1):
+            i += 1
+            handle.write(json.dumps({"event": "forward", "forward": f, "phase": "loglikelihood",
+                                     "samples": [["arc", f, 0, 0]], "batch_rows": 1, "i": i}) + "\n")
+            for k in range(50):
+                i += 1
+                event.update(forward=f, call=i, i=i, event="enter" if k % 2 == 0 else "exit")
+                handle.write(json.dumps(event) + "\n")
+    return str(path)
+
+
+def test_memory_does_not_grow_with_the_trace(tmp_path):
+    small = big_trace(tmp_path / "small.jsonl", 200)
+    large = big_trace(tmp_path / "large.jsonl", 8000)
+    assert os.path.getsize(large) > 100e6
+    grown = peak_rss_kb([BIN, "summarize", large]) - peak_rss_kb([BIN, "summarize", small])
+    # One index record a forward is all that may grow: well under a kilobyte each.
+    assert grown < 8000 * 1.0, f"summarize grew by {grown} KiB over 7800 more forwards"
+    got = evmbpf("summarize", large)
+    assert got.returncode == 0 and "8000 forward(s) in this trace:" in got.stdout
+
+
+# ---- nothing in a trace crashes the reader ----
+
+JUNK_VALUES = [None, True, False, 0, -1, 1.5, 1e308, "", "nan", "inf", "x" * 300, [], [1, [2]],
+               {}, {"a": None}, 2 ** 70, -0.0, "\u00e9\U0001F600", [None, None, None, None]]
+
+
+def mutate_event(rng, event):
+    keys = list(event)
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(keys + ["stats", "shape", "samples", "count", "mem", "depth"])
+        target = event
+        if rng.random() < 0.4:      # reach into a described value
+            nested = [v for v in event.values() if isinstance(v, (dict, list)) and v]
+            if nested:
+                target = rng.choice(nested)
+                if isinstance(target, list):
+                    target = rng.choice(target)
+                if not isinstance(target, dict):
+                    continue
+                key = rng.choice(list(target) + ["stats", "shape", "bytes", "value", "len"])
+        if rng.random() < 0.2:
+            target.pop(key, None)
+        else:
+            target[key] = copy.deepcopy(rng.choice(JUNK_VALUES))
+    return event
+
+
+def mutate_bytes(rng, data):
+    data = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        at = rng.randrange(len(data))
+        choice = rng.random()
+        if choice < 0.4:
+            data[at] = rng.randrange(256)
+        elif choice < 0.7:
+            del data[at:at + rng.randint(1, 40)]
+        else:
+            data[at:at] = rng.choice([b"\n", b"\r", b"{", b"\"", b"\\u00", b"\xc3", b"1e999", b"]"])
+    return bytes(data)
+
+
+def mutated_traces(rng, count):
+    sources = [os.path.join(CORPUS, name) for name in CORPUS_TRACES]
+    for _ in range(count):
+        with open(rng.choice(sources), "rb") as handle:
+            data = handle.read()
+        if rng.random() < 0.5:
+            lines = data.decode().splitlines()
+            out = []
+            for line in lines:
+                if rng.random() < 0.3:
+                    line = json.dumps(mutate_event(rng, json.loads(line)))
+                out.append(line)
+            if rng.random() < 0.3:
+                rng.shuffle(out)
+            data = ("\n".join(out) + "\n").encode()
+        else:
+            data = mutate_bytes(rng, data)
+        yield data
+
+
+def test_mutated_traces_never_crash(tmp_path):
+    binary = ASAN_BIN if os.access(ASAN_BIN, os.X_OK) else BIN
+    rng = random.Random(1234)
+    path = str(tmp_path / "mutant.jsonl")
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+               UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+    for n, data in enumerate(mutated_traces(rng, 150)):
+        with open(path, "wb") as handle:
+            handle.write(data)
+        for args in (["summarize", path, "--tail", str(n % 4 - 1)],
+                     ["show", path, "--forward", str(n % 3), "--module", r"layers\.\d"],
+                     ["forwards", path, "--json"]):
+            got = subprocess.run([binary, *args], capture_output=True, timeout=60, env=env)
+            stderr = got.stderr.decode(errors="replace")
+            if got.returncode >= 128 or got.returncode < 0 or "Sanitizer" in stderr \
+                    or "runtime error" in stderr:
+                keep = os.path.join(str(tmp_path), f"crash-{n}.jsonl")
+                shutil.copy(path, keep)
+                pytest.fail(f"{args[0]} crashed (rc {got.returncode}) on {keep}:\n{stderr[-2000:]}")
+
+
+def test_mutants_match_reference_where_it_does_not_raise(tmp_path):
+    """Where the reference reads a damaged trace without raising, so must evmbpf."""
+    rng = random.Random(99)
+    path = str(tmp_path / "mutant.jsonl")
+    compared = 0
+    for data in mutated_traces(rng, 120):
+        with open(path, "wb") as handle:
+            handle.write(data)
+        try:
+            expected = reference_summary(path, 5)
+        except Exception:
+            continue                    # the reference raises: evmbpf may differ
+        got = evmbpf("summarize", path, "--tail", "5")
+        assert got.stdout == expected
+        compared += 1
+    assert compared > 20
+
+
+def test_kept_crashers_replay():
+    if not os.path.isdir(CRASHERS):
+        pytest.skip("no kept crashing inputs")
+    inputs = [os.path.join(CRASHERS, f) for f in os.listdir(CRASHERS)]
+    if not inputs:
+        pytest.skip("no kept crashing inputs")
+    if not os.access(FUZZER, os.X_OK):
+        pytest.skip("the fuzzer is not built (make -C tests fuzz-build needs clang's libFuzzer)")
+    got = subprocess.run([FUZZER, *inputs], capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+
+
+def test_short_fuzz_run(tmp_path):
+    if not os.access(FUZZER, os.X_OK):
+        pytest.skip("the fuzzer is not built (make -C tests fuzz-build needs clang's libFuzzer)")
+    seeds = tmp_path / "seeds"
+    seeds.mkdir()
+    for name in CORPUS_TRACES:
+        with open(os.path.join(CORPUS, name), "rb") as handle:
+            data = handle.read()[:60000]
+        for mode in (0, 1, 2, 3, 6, 9):
+            (seeds / f"{name}-{mode}").write_bytes(bytes([mode]) + data)
+    seconds = os.environ.get("EVMBPF_FUZZ_SECONDS", "45")
+    got = subprocess.run([FUZZER, f"-max_total_time={seconds}", "-max_len=65536", "-timeout=10",
+                          "-rss_limit_mb=2048", f"-artifact_prefix={tmp_path}/", str(seeds)],
+                         capture_output=True, text=True, timeout=int(seconds) + 120)
+    crashes = [f for f in os.listdir(tmp_path) if f.startswith(("crash-", "leak-", "timeout-", "oom-"))]
+    assert got.returncode == 0 and not crashes, \
+        f"the fuzzer found {crashes} (copy them to tests/fuzz/corpus/):\n{got.stderr[-3000:]}"

@@ -372,7 +372,7 @@ static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 o
 
 /* A tuple or list: the node, then a cursor over its first items. */
 static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64 obj,
-				       __u8 kind, __u8 depth)
+				       __u8 kind, __u8 depth, int is_key)
 {
 	__s64 len = (__s64)rd64(obj + 16);
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
@@ -381,7 +381,8 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 	n->kind = kind == T_TUPLE ? N_TUPLE : N_LIST;
 	n->len = len;
 	__u32 items = len < width ? len : width;
-	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH)
+	/* a tuple used as a dict key is read at any depth: str(key) is its repr */
+	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH && !(is_key && kind == T_TUPLE))
 		items = 0;
 	n->items = items;
 	commit(s, n, sizeof(*n));
@@ -456,6 +457,7 @@ static long describe_step(__u32 idx, void *ctx)
 	__u8 depth = w->depth;
 	__u64 obj;
 	int placeholder = 0;
+	int is_key = 0;
 
 	switch (w->kind) {
 	case W_SEQ:
@@ -480,6 +482,7 @@ static long describe_step(__u32 idx, void *ctx)
 					return 0; /* a deleted entry */
 				obj = kv[0];
 				w->value = kv[1];
+				is_key = 1;
 			}
 			w->phase = 1;
 		} else {
@@ -541,7 +544,7 @@ static long describe_step(__u32 idx, void *ctx)
 		break;
 	case T_TUPLE:
 	case T_LIST:
-		expand_seq(s, n, obj, kind, depth);
+		expand_seq(s, n, obj, kind, depth, is_key);
 		break;
 	case T_DICT:
 		expand_dict(s, n, obj, depth);
@@ -800,6 +803,67 @@ int BPF_KPROBE(marker_enter, void *mgr, void *attr)
 	return 0;
 }
 
+/* ---------------------------------------------------------------- --phase rules */
+
+/* Module calls open on each thread (only kept when rules are given). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} call_depth SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rec_stack);
+} stack_scratch SEC(".maps");
+
+/* At an outermost module call, the code objects of the frames under it. */
+static __always_inline void report_stack(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0, one = 1;
+	__u32 *depth = bpf_map_lookup_elem(&call_depth, &tid);
+	if (depth) {
+		__sync_fetch_and_add(depth, 1);
+		if (*depth > 1)
+			return;
+	} else {
+		bpf_map_update_elem(&call_depth, &tid, &one, BPF_ANY);
+	}
+	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
+	if (!r)
+		return;
+	__u64 tstate = rd64(cfg.tstate_current);
+	__u64 frame = rd64(rd64(tstate + cfg.tstate_cframe) + cfg.cframe_frame);
+	__u32 n = 0;
+	for (int i = 0; i < STACK_FRAMES_MAX; i++) {
+		if (!frame)
+			break;
+		r->code[i] = rd64(frame + pyo.iframe_code) & ~3ULL;
+		frame = rd64(frame + pyo.frame_back);
+		n++;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	r->hdr.kind = REC_STACK;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->n = n;
+	if (bpf_ringbuf_output(&events, r, sizeof(*r), 0))
+		__sync_fetch_and_add(&dropped_records, 1);
+}
+
+static __always_inline void leave_call(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 *depth = bpf_map_lookup_elem(&call_depth, &tid);
+	if (depth && *depth)
+		__sync_fetch_and_add(depth, -1);
+}
+
 SEC("uprobe")
 int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 {
@@ -807,6 +871,8 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
+	if (cfg.rules)
+		report_stack();
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)
 		return 0;
@@ -842,6 +908,8 @@ int BPF_KRETPROBE(call_exit, void *ret)
 		return 0;
 	__u64 obj = *self;
 	bpf_map_delete_elem(&pending, &key);
+	if (cfg.rules)
+		leave_call();
 	struct scratch *s = begin(REC_EXIT, obj, key.sp);
 	if (!s)
 		return 0;

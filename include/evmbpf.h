@@ -33,6 +33,7 @@ enum rec_kind {
 	REC_STOPPED = 5,   /* launch mode: the child was stopped at exec or at its entry point */
 	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
 	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
+	REC_STACK = 8,     /* --phase rules: the Python frames under an outermost module call */
 };
 
 struct rec_hdr {
@@ -140,6 +141,14 @@ struct rec_marker {
 	char name[MARKER_NAME_MAX];
 };
 
+#define STACK_FRAMES_MAX 32
+struct rec_stack {
+	struct rec_hdr hdr;
+	__u32 n;
+	__u32 pad;
+	__u64 code[STACK_FRAMES_MAX]; /* innermost first */
+};
+
 struct rec_module_type {
 	struct rec_hdr hdr;
 	__u64 type;
@@ -199,7 +208,13 @@ struct target_config {
 	__u64 gen_type;
 	__u16 gen_frame_state, gen_iframe;
 	__s8 gen_state_created;
-	__u8 pad2[3];
+	__u8 rules;         /* --phase rules given: report the frames under outermost calls */
+	__u8 pad2[2];
+	/* the running thread's frames (3.11): where the current PyThreadState is kept, and
+	 * the way from it to the current _PyInterpreterFrame */
+	__u64 tstate_current;
+	__u16 tstate_cframe, cframe_frame;
+	__u16 pad3[2];
 };
 
 #endif

@@ -33,6 +33,12 @@ static const char usage[] =
 	"                       searched anywhere in the path, like re.search)\n"
 	"  -t, --tail N         keep only the last N events in memory and write them at the end\n"
 	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
+	"      --phase NAME=[MODULE:]QUALNAME\n"
+	"                       name the phase of a forward by a Python function on the stack\n"
+	"                       when it starts (globs; MODULE matches the file's dotted path\n"
+	"                       from any component on). The innermost matching frame decides,\n"
+	"                       the first rule given wins on a tie; the host's own phase()\n"
+	"                       markers beat rules. Repeatable. CPython 3.11.\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
 	"  -h, --help           this text\n"
 	"\n"
@@ -43,6 +49,7 @@ static const char usage[] =
 	"  sudo evmbpf --pid 1234 --out trace.jsonl        attach; Ctrl-C or the target's exit ends it\n"
 	"  sudo evmbpf --out trace.jsonl -- python3 eval.py  launch and trace from the first call\n"
 	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.[0-9]+$' --tail 5000\n"
+	"  sudo evmbpf -p 1234 -o t.jsonl --phase model_forward='lm_eval.models.huggingface:HFLM._model_call'\n"
 	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
 	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n";
 
@@ -76,6 +83,7 @@ int main(int argc, char **argv)
 		{ "tail", required_argument, NULL, 't' },
 		{ "force", no_argument, NULL, 'F' },
 		{ "ringbuf-mb", required_argument, NULL, 'R' },
+		{ "phase", required_argument, NULL, 'P' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -115,6 +123,22 @@ int main(int argc, char **argv)
 		case 'F':
 			opts.force = 1;
 			break;
+		case 'P': {
+			static struct phase_rule rules[32];
+			if (opts.trace.nrules == 32) {
+				warnx_("at most 32 --phase rules");
+				return 2;
+			}
+			if (phase_rule_parse(optarg, &rules[opts.trace.nrules])) {
+				warnx_("--phase wants NAME=[MODULE:]QUALNAME, e.g. "
+				       "model_forward='lm_eval.models.huggingface:HFLM._model_call', not '%s'",
+				       optarg);
+				return 2;
+			}
+			opts.trace.rules = rules;
+			opts.trace.nrules++;
+			break;
+		}
 		case 'R':
 			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
 				return 2;

@@ -12,7 +12,7 @@
 #include "util.h"
 
 struct mapping {
-	uint64_t start, end, offset;
+	uint64_t start, end, offset, inode;
 	char perms[8];
 	char path[PATH_MAX];
 };
@@ -31,8 +31,8 @@ static int each_mapping(pid_t pid, mapping_fn fn, void *arg)
 	while (fgets(line, sizeof(line), f)) {
 		struct mapping m = {0};
 		int pos = 0;
-		if (sscanf(line, "%lx-%lx %7s %lx %*s %*s %n", &m.start, &m.end, m.perms, &m.offset,
-			   &pos) < 4)
+		if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %n", &m.start, &m.end, m.perms, &m.offset,
+			   &m.inode, &pos) < 5)
 			continue;
 		char *p = line + pos;
 		p[strcspn(p, "\n")] = 0;
@@ -46,9 +46,31 @@ static int each_mapping(pid_t pid, mapping_fn fn, void *arg)
 	return rc;
 }
 
-static void open_path(const struct target *t, const char *path, char *dst, size_t cap)
+static int same_inode(const char *path, uint64_t inode)
 {
-	if ((size_t)snprintf(dst, cap, "%s%s", t->root, path) >= cap)
+	struct stat st;
+	return !stat(path, &st) && (!inode || st.st_ino == inode);
+}
+
+/* A path evmbpf can open for a mapped file. /proc/PID/maps names files as seen from
+ * evmbpf's root where they are reachable from it (a chroot's files under the host's
+ * path to the chroot), else as the target's mount namespace names them (a container):
+ * try the target's root first, then the name as is, then /proc/PID/map_files. The
+ * inode from the maps line decides. */
+static void open_path(const struct target *t, const struct mapping *m, char *dst, size_t cap)
+{
+	if ((size_t)snprintf(dst, cap, "%s%s", t->root, m->path) < cap &&
+	    same_inode(dst, m->inode))
+		return;
+	if (same_inode(m->path, m->inode)) {
+		snprintf(dst, cap, "%s", m->path);
+		return;
+	}
+	if ((size_t)snprintf(dst, cap, "/proc/%d/map_files/%lx-%lx", t->pid,
+			     (unsigned long)m->start, (unsigned long)m->end) < cap &&
+	    same_inode(dst, m->inode))
+		return;
+	if ((size_t)snprintf(dst, cap, "%s%s", t->root, m->path) >= cap)
 		dst[0] = 0;
 }
 
@@ -73,7 +95,7 @@ static int find_runtime(void *arg, const struct mapping *m)
 	if (strncmp(base, "python", 6) && strncmp(base, "libpython", 9))
 		return 0;
 	char host[PATH_MAX];
-	open_path(s->t, m->path, host, sizeof(host));
+	open_path(s->t, m, host, sizeof(host));
 	struct elf_file *f = elf_file_open(host);
 	uint64_t v;
 	int has = f && !elf_file_symbol(f, "_PyRuntime", &v, NULL);
@@ -239,6 +261,9 @@ static void find_marker_support(struct target *t, struct elf_file *f)
 			t->gen_type = 0;
 			return;
 		}
+		uint64_t runtime;
+		if (t->minor == 11 && !runtime_symbol(t, f, "_PyRuntime", &runtime))
+			t->tstate_current = runtime + 576; /* gilstate.tstate_current */
 		t->gen_frame_state = gens[i].state;
 		t->gen_iframe = gens[i].iframe;
 		t->gen_state_created = gens[i].created;
@@ -346,6 +371,7 @@ static int find_torch_lib(void *arg, const struct mapping *m)
 	if (!hit || strchr(hit + 10, '/'))
 		return 0;
 	snprintf(t->torch_lib, sizeof(t->torch_lib), "%s", m->path);
+	open_path(t, m, t->torch_open, sizeof(t->torch_open));
 	return 1;
 }
 
@@ -356,11 +382,11 @@ int target_find_torch(struct target *t)
 	if (each_mapping(t->pid, find_torch_lib, t) <= 0)
 		return 0;
 	char dir[PATH_MAX], file[PATH_MAX + 80];
-	snprintf(dir, sizeof(dir), "%s", t->torch_lib);
+	snprintf(dir, sizeof(dir), "%s", t->torch_open);
 	char *slash = strrchr(dir, '/');
 	if (slash)
 		*slash = 0;
-	snprintf(file, sizeof(file), "%s%s/version.py", t->root, dir);
+	snprintf(file, sizeof(file), "%s/version.py", dir);
 	FILE *f = fopen(file, "re");
 	snprintf(t->torch_version, sizeof(t->torch_version), "unknown");
 	if (!f)

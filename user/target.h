@@ -27,9 +27,11 @@ struct target {
 	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
 	uint16_t gen_frame_state, gen_iframe;
 	int8_t gen_state_created;
+	uint64_t tstate_current;      /* 3.11: &_PyRuntime.gilstate.tstate_current */
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */
+	char torch_open[PATH_MAX];    /* the same, as evmbpf opens it */
 	char pidns[32], tidns_note[8];
 	uint64_t pid_ns_inode;
 	int root_fd;                  /* the target's root directory, kept open: source lines */

@@ -1,6 +1,7 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <fnmatch.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -145,6 +146,98 @@ static const char *phase_of(struct trace *t, uint64_t marker)
 	return DEFAULT_PHASE;
 }
 
+int phase_rule_parse(const char *text, struct phase_rule *out)
+{
+	const char *eq = strchr(text, '=');
+	if (!eq || eq == text || !eq[1])
+		return -1;
+	const char *pattern = eq + 1, *colon = strchr(pattern, ':');
+	if (colon && (colon == pattern || !colon[1]))
+		return -1;
+	out->name = strndup(text, eq - text);
+	out->module = colon ? strndup(pattern, colon - pattern) : NULL;
+	out->qualname = xstrdup(colon ? colon + 1 : pattern);
+	return 0;
+}
+
+/* Does a code object's file name a module matching `glob`? The file's path is read as a
+ * dotted name and matched from any of its components on: lm_eval.models.huggingface
+ * matches .../site-packages/lm_eval/models/huggingface.py. */
+static int module_matches(const char *glob, const char *filename)
+{
+	char dotted[1024];
+	snprintf(dotted, sizeof(dotted), "%s", filename);
+	size_t n = strlen(dotted);
+	if (n > 3 && !strcmp(dotted + n - 3, ".py"))
+		dotted[n -= 3] = 0;
+	if (n > 9 && !strcmp(dotted + n - 9, "/__init__"))
+		dotted[n -= 9] = 0;
+	for (char *p = dotted; *p; p++)
+		if (*p == '/')
+			*p = '.';
+	for (char *p = dotted; p; p = strchr(p + 1, '.')) {
+		const char *candidate = *p == '.' ? p + 1 : p;
+		if (!fnmatch(glob, candidate, 0))
+			return 1;
+	}
+	return 0;
+}
+
+struct code_names {
+	uint64_t code;
+	char filename[512];
+	char qualname[256];
+};
+
+static const struct code_names *code_names_of(struct trace *t, uint64_t code)
+{
+	static struct code_names cache[1024];
+	struct code_names *c = &cache[(code >> 4) & 1023];
+	if (c->code == code)
+		return c;
+	const struct pyreader *r = &t->target->reader;
+	const struct py_offsets *o = t->target->off;
+	c->code = 0;
+	if (py_str(r, pm_u64(r, code + o->co_filename, NULL), c->filename, sizeof(c->filename)) < 0 ||
+	    py_str(r, pm_u64(r, code + o->co_qualname, NULL), c->qualname, sizeof(c->qualname)) < 0)
+		return NULL;
+	c->code = code;
+	return c;
+}
+
+/* The phase the rules give an outermost call: the innermost frame that matches a rule
+ * decides; among the rules matching that frame, the first given wins. */
+static const char *rule_phase(struct trace *t, const struct thread_stack *s)
+{
+	for (uint32_t i = 0; i < s->ncodes; i++) {
+		const struct code_names *c = code_names_of(t, s->codes[i]);
+		if (!c)
+			continue;
+		for (size_t k = 0; k < t->opts.nrules; k++) {
+			const struct phase_rule *rule = &t->opts.rules[k];
+			if (!fnmatch(rule->qualname, c->qualname, 0) &&
+			    (!rule->module || module_matches(rule->module, c->filename)))
+				return rule->name;
+		}
+	}
+	return NULL;
+}
+
+static void on_stack(struct trace *t, const struct rec_stack *r)
+{
+	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	s->ncodes = r->n < STACK_FRAMES_MAX ? r->n : STACK_FRAMES_MAX;
+	memcpy(s->codes, r->code, s->ncodes * sizeof(s->codes[0]));
+}
+
+/* Markers beat rules; rules hold from an outermost call until the next one. */
+static const char *phase_at(struct trace *t, const struct thread_stack *s, uint64_t marker)
+{
+	if (marker)
+		return phase_of(t, marker);
+	return s->rule_phase ? s->rule_phase : DEFAULT_PHASE;
+}
+
 static void on_marker(struct trace *t, const struct rec_marker *r)
 {
 	size_t i = (r->gen >> 4) % MARKER_SLOTS, k;
@@ -281,12 +374,16 @@ static int describe_call(struct trace *t, const struct rec_call *r, size_t size,
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 {
 	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	if (s->depth == 0 && s->ncodes) {
+		s->rule_phase = rule_phase(t, s);
+		s->ncodes = 0;
+	}
 	if (!t->root && s->depth == 0)
 		set_root(t, r->self);
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
 	if (r->self == t->root) {
 		reconcile(t, s, "a new forward began");
-		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_of(t, r->marker));
+		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_at(t, s, r->marker));
 	}
 	if (!mod) {
 		if (!t->unknown_modules++ || verbose > 1)
@@ -312,7 +409,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	struct frame *f = &s->frames[s->depth++];
 	f->mod = mod;
 	f->call_id = ++t->call_id;
-	f->phase = xstrdup(phase_of(t, r->marker));
+	f->phase = xstrdup(phase_at(t, s, r->marker));
 	f->args = xstrdup(args.data);
 
 	struct buf b = {0};
@@ -372,7 +469,7 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
 	jw_key(&b, &first, "type"), found ? jw_cstr(&b, f.mod->type_name) : jw_null(&b);
 	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_of(t, r->marker));
+	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_at(t, s, r->marker));
 	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
 	jw_key(&b, &first, "call"), found ? jw_int(&b, f.call_id) : jw_null(&b);
 	jw_key(&b, &first, "output"), buf_puts(&b, out.data ? out.data : "null");
@@ -423,6 +520,10 @@ void trace_record(struct trace *t, const void *data, size_t size)
 		if (!t->last_exc)
 			t->last_exc = xmalloc(sizeof(*t->last_exc));
 		memcpy(t->last_exc, data, sizeof(*t->last_exc));
+		break;
+	case REC_STACK:
+		if (size >= sizeof(struct rec_stack))
+			on_stack(t, data);
 		break;
 	case REC_MARKER:
 		if (size >= sizeof(struct rec_marker))

@@ -23,13 +23,29 @@ struct thread_stack {
 	uint32_t tid;
 	struct frame *frames;
 	size_t depth, cap;
+	/* --phase rules: the frames under the next outermost call, and the phase they gave */
+	uint64_t codes[STACK_FRAMES_MAX];
+	uint32_t ncodes;
+	const char *rule_phase;
+};
+
+/* --phase NAME=[MODULE:]QUALNAME, globs on both */
+struct phase_rule {
+	char *name;
+	char *module;   /* NULL: any */
+	char *qualname;
 };
 
 struct trace_opts {
 	const char *modules;     /* --modules REGEX, or NULL */
 	long tail;               /* --tail N, 0 = stream */
 	const char *argv_note;   /* how the tracer was started, for the header */
+	struct phase_rule *rules;
+	size_t nrules;
 };
+
+/* Parse NAME=[MODULE:]QUALNAME; -1 when it is not of that form. */
+int phase_rule_parse(const char *text, struct phase_rule *out);
 
 struct trace {
 	FILE *out;

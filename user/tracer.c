@@ -139,6 +139,18 @@ static int load_and_attach(struct session *s)
 	skel->rodata->cfg.gen_frame_state = t->gen_frame_state;
 	skel->rodata->cfg.gen_iframe = t->gen_iframe;
 	skel->rodata->cfg.gen_state_created = t->gen_state_created;
+	if (s->opts->trace.nrules) {
+		if (!t->tstate_current) {
+			warnx_("--phase rules need the running thread's frames, which evmbpf reads on "
+			       "CPython 3.11 only (this is %d.%d); use the host's phase() markers",
+			       t->major, t->minor);
+			return -1;
+		}
+		skel->rodata->cfg.rules = 1;
+		skel->rodata->cfg.tstate_current = t->tstate_current;
+		skel->rodata->cfg.tstate_cframe = 56;
+		skel->rodata->cfg.cframe_frame = 8;
+	}
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);

@@ -946,7 +946,7 @@ static long tb_step(__u32 idx, void *ctx)
 	struct tb_entry *t = &e->tb[e->total_frames & (EXC_TB_MAX - 1)];
 	__u64 frame = rd64(tb + pyo.tb_frame);
 	__u64 code;
-	if (pyo.iframe_code) {
+	if (pyo.version >= 311) { /* 3.12+ has f_code/f_executable at offset 0 */
 		__u64 iframe = rd64(frame + pyo.frameobj_code);
 		code = rd64(iframe + pyo.iframe_code) & ~3ULL;
 	} else {
@@ -955,6 +955,24 @@ static long tb_step(__u32 idx, void *ctx)
 	__s32 lineno = 0;
 	bpf_probe_read_user(&lineno, 4, (void *)(tb + pyo.tb_lineno));
 	t->lineno = lineno;
+	t->lt_len = 0;
+	if (lineno < 0 && pyo.version >= 311) {
+		__s32 lasti = 0, first = 0;
+		bpf_probe_read_user(&lasti, 4, (void *)(tb + pyo.tb_lasti));
+		bpf_probe_read_user(&first, 4, (void *)(code + pyo.co_firstlineno));
+		t->lasti = lasti;
+		t->firstlineno = first;
+		__u64 lt = rd64(code + CO_LINETABLE_311);
+		__u64 len = rd64(lt + 16);
+		if (len > EXC_LT_MAX)
+			len = EXC_LT_MAX;
+		__u32 nb = len;
+		asm volatile("" : "+r"(nb)); /* keep the bound for the verifier */
+		if (nb > EXC_LT_MAX)
+			nb = EXC_LT_MAX;
+		if (nb && !bpf_probe_read_user(t->linetable, nb, (void *)(lt + BYTES_SVAL)))
+			t->lt_len = nb;
+	}
 	t->filename[0] = 0;
 	t->func[0] = 0;
 	read_str_obj(t->filename, EXC_FILE_MAX, rd64(code + pyo.co_filename));
@@ -982,6 +1000,7 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 	e->hdr.ts_ns = bpf_ktime_get_ns();
 	e->total_frames = 0;
 	e->msg_len = -1;
+	e->msg_kind = 0;
 	e->type_name[0] = 0;
 	e->msg[0] = 0;
 	__u64 type = rd64(exc + 8);
@@ -994,8 +1013,23 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 		__u64 arg = rd64(args + pyo.tuple_items);
 		__u64 atype = rd64(arg + 8);
 		if (rd64(atype + pyo.tp_flags) & TPF_UNICODE) {
-			int n = read_str_obj(e->msg, EXC_MSG_MAX, arg);
-			e->msg_len = n > 0 ? n - 1 : -1;
+			/* the message as code points of its kind (1, 2, 4 bytes): any text */
+			__u32 state = (__u32)rd64(arg + pyo.str_state);
+			__u32 kind = (state >> 2) & 7;
+			__u64 len = rd64(arg + pyo.str_length);
+			__u64 data = arg + (((state >> 6) & 1) ? pyo.str_ascii_data : pyo.str_compact_data);
+			if (((state >> 5) & 1) && (kind == 1 || kind == 2 || kind == 4)) {
+				__u64 bytes = len * kind;
+				if (bytes > EXC_MSG_MAX - 4)
+					bytes = (EXC_MSG_MAX - 4) / kind * kind;
+				__u32 nb = bytes;
+				asm volatile("" : "+r"(nb)); /* keep the mask for the verifier */
+				nb &= EXC_MSG_MAX - 1;
+				if (!bpf_probe_read_user(e->msg, nb, (void *)data)) {
+					e->msg_len = bytes / kind;
+					e->msg_kind = kind;
+				}
+			}
 		}
 	}
 	e->value = tb ? (__u64)tb : rd64(exc + pyo.exc_traceback);

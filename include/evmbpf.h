@@ -107,11 +107,20 @@ struct dnode_tensor {
 #define EXC_FILE_MAX 192
 #define EXC_FUNC_MAX 64
 
+/* 3.12+ (and some 3.11 entries) leave tb_lineno at -1 until Python asks for it: the line
+ * is then found from tb_lasti in the code object's co_linetable, copied here. */
+#define EXC_LT_MAX 512
+#define CO_LINETABLE_311 136 /* PyCodeObject.co_linetable in 3.11-3.14 (a bytes object) */
+#define BYTES_SVAL 32        /* PyBytesObject.ob_sval */
+
 struct tb_entry {
-	__s32 lineno;
-	__u32 pad;
+	__s32 lineno;        /* -1: compute it from linetable */
+	__s32 lasti;         /* tb_lasti, bytes (3.11+) */
+	__s32 firstlineno;   /* co_firstlineno */
+	__u32 lt_len;        /* bytes of linetable copied */
 	char filename[EXC_FILE_MAX];
 	char func[EXC_FUNC_MAX];
+	__u8 linetable[EXC_LT_MAX];
 };
 
 struct rec_exception {
@@ -119,8 +128,8 @@ struct rec_exception {
 	__u64 value;         /* the exception object */
 	__u32 total_frames;  /* traceback entries in all */
 	__u32 nframes;       /* of which the last nframes are below */
-	__s32 msg_len;       /* -1: message not a str we could read */
-	__u32 pad;
+	__s32 msg_len;       /* -1: message not a str we could read; else its code points */
+	__u32 msg_kind;      /* 0: msg is a C string; 1, 2, 4: msg_len code points of that width */
 	char type_name[EXC_NAME_MAX];
 	char msg[EXC_MSG_MAX];
 	struct tb_entry tb[EXC_TB_MAX];

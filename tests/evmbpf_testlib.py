@@ -159,3 +159,129 @@ def probes_left(pid=None):
     except OSError:
         text = ""
     return text
+
+
+# ---------------------------------------------------------------- version matrix
+# Targets other than the host's Python: Debian chroots (scripts/chroot.sh) and pyenv
+# Pythons with the stand-in torch. A target says how to start its Python and how the
+# files the tests hand it are named inside it.
+
+CHROOT_SH = os.path.join(ROOT, "scripts", "chroot.sh")
+PYENV = os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv"))
+STANDIN = os.path.join(ROOT, "tests", "standin")
+STANDIN_WORKLOAD = os.path.join(OWN_WORKLOADS, "standin_values.py")
+
+
+class MatrixTarget:
+    """How to run a workload in one cell of the matrix.
+
+    prefix + [python, ...] starts the target's Python; guest(path) names a host path
+    the way the target sees it; bind is a host directory the target can write traces
+    to, under the same guest(...) name."""
+
+    def __init__(self, name, python, prefix=(), env=None, kwargs=True, chroot=None):
+        self.name, self.python, self.prefix = name, python, list(prefix)
+        self.env, self.kwargs, self.chroot = env, kwargs, chroot
+        self.outdir = None
+
+    def guest(self, path):
+        if not self.chroot:
+            return path
+        path = os.path.realpath(path)
+        for host, inside in ((os.path.realpath(ROOT), "/evmbpf/main"),
+                             (os.path.realpath(SHARED), "/evmbpf/shared"),
+                             (self.outdir, "/evmbpf/out")):
+            if host and (path == host or path.startswith(host + "/")):
+                return inside + path[len(host):]
+        raise ValueError(f"{path} is not visible inside the {self.chroot} chroot")
+
+    def with_outdir(self, outdir):
+        """Make outdir writable from inside the target (a chroot gets it bind-mounted)."""
+        self.outdir = os.path.realpath(outdir)
+        if self.chroot:
+            env = dict(self.env or os.environ)
+            env["EVMBPF_CHROOT_BIND"] = f"{self.outdir}:/evmbpf/out"
+            self.env = env
+        return self
+
+    def cmd(self, workload, *extra):
+        return [*self.prefix, self.python, self.guest(RUN_WORKLOAD), self.guest(workload),
+                *extra]
+
+    def reference(self, workload, out, extra=()):
+        return subprocess.run(self.cmd(workload, "--trace", self.guest(out), *extra),
+                              capture_output=True, text=True, env=self.env, timeout=600)
+
+    def plain(self, workload, extra=()):
+        return subprocess.run(self.cmd(workload, *extra), capture_output=True, text=True,
+                              env=self.env, timeout=600)
+
+    def launch(self, workload, out, extra=(), evmbpf_args=(), wrapper=()):
+        cmd = [EVMBPF, "--out", out, *evmbpf_args, "--", *wrapper,
+               *self.cmd(workload, *extra)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=self.env, timeout=600)
+
+    def attached(self, workload, out, extra=(), evmbpf_args=()):
+        return AttachedCmd(self.cmd(workload, "--wait-for", self.guest(os.path.join(
+            self.outdir, "go")), *extra), os.path.join(self.outdir, "go"), out,
+            evmbpf_args=evmbpf_args, env=self.env)
+
+
+class AttachedCmd(Attached):
+    """Attached, for a command line of one's own (a chroot's, a pyenv Python's): the
+    target waits for `go` (a host path) before its run()."""
+
+    def __init__(self, cmd, go, out, evmbpf_args=(), env=None):  # pylint: disable=super-init-not-called
+        self.dir = os.path.dirname(go)
+        self.go = go
+        if os.path.exists(go):
+            os.unlink(go)
+        self.target = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env)
+        line = self.target.stdout.readline()
+        match = re.match(r"ready pid=(\d+)", line)
+        if not match:
+            self.target.kill()
+            raise RuntimeError(f"workload did not start: {line!r} {self.target.stderr.read()}")
+        self.pid = host_pid_of(self.target.pid, int(match.group(1)))
+        self.tracer = subprocess.Popen([EVMBPF, "--pid", str(self.pid), "--out", out,
+                                        *evmbpf_args],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.attached_line = wait_for_line(self.tracer.stderr, "attached to", 60)
+
+
+def chroot_target(name):
+    """A Debian chroot's python3 (built by scripts/chroot.sh when missing)."""
+    kwargs = name != "bullseye"  # torch 1.7: the reference sees no kwargs
+    return MatrixTarget(name, "python3", prefix=[CHROOT_SH, "run", name], kwargs=kwargs,
+                        chroot=name)
+
+
+def chroot_ensure(name):
+    """Build the chroot unless a complete one is cached; the error text, or None."""
+    r = subprocess.run([CHROOT_SH, "ensure", name], capture_output=True, text=True,
+                       timeout=3600)
+    return None if r.returncode == 0 else (r.stderr or r.stdout)[-2000:]
+
+
+def chroot_dir(name):
+    return subprocess.run([CHROOT_SH, "path", name], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def pyenv_python(version):
+    """~/.pyenv/versions/X.Y.*/bin/pythonX.Y, or None."""
+    import glob
+    hits = sorted(glob.glob(os.path.join(PYENV, "versions", version + ".*", "bin",
+                                         "python" + version)))
+    return hits[-1] if hits else None
+
+
+def pyenv_target(version):
+    python = pyenv_python(version)
+    if not python:
+        return None
+    env = dict(os.environ)
+    env["PYTHONPATH"] = STANDIN
+    env.pop("PYTHONHOME", None)
+    return MatrixTarget("pyenv" + version, python, env=env, kwargs=True)

@@ -6,6 +6,7 @@
 
 #include "evmbpf.h"
 #include "jsonw.h"
+#include "pyfmt.h"
 
 static const char *const dtypes[] = {
 	"uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
@@ -134,6 +135,95 @@ static int skip_items(struct describe_ctx *ctx, struct node_cursor *c, unsigned 
 	return err;
 }
 
+static void utf8_put(struct buf *out, uint32_t c)
+{
+	if (c < 0x80) {
+		buf_putc(out, (char)c);
+	} else if (c < 0x800) {
+		buf_putc(out, (char)(0xc0 | (c >> 6)));
+		buf_putc(out, (char)(0x80 | (c & 0x3f)));
+	} else if (c < 0x10000) {
+		buf_putc(out, (char)(0xe0 | (c >> 12)));
+		buf_putc(out, (char)(0x80 | ((c >> 6) & 0x3f)));
+		buf_putc(out, (char)(0x80 | (c & 0x3f)));
+	} else {
+		buf_putc(out, (char)(0xf0 | (c >> 18)));
+		buf_putc(out, (char)(0x80 | ((c >> 12) & 0x3f)));
+		buf_putc(out, (char)(0x80 | ((c >> 6) & 0x3f)));
+		buf_putc(out, (char)(0x80 | (c & 0x3f)));
+	}
+}
+
+/* repr(value) for what a dict key may hold (str of a tuple key is its repr): ints,
+ * bools, None, floats, whole strs and tuples of those. Consumes the node and its items
+ * either way; -1 when the value cannot be written exactly (a cut str, an object). */
+static int key_repr(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
+{
+	const struct dnode *n = take(c);
+	if (!n)
+		return -2;
+	uint32_t cp[STR_MAX_CHARS];
+	char tmp[PYFMT_FLOAT_MAX];
+	double v;
+	int ok = 0;
+	switch (n->kind) {
+	case N_INT:
+		if (n->flags & N_F_CUT)
+			return -1;
+		int_value(n, out);
+		return 0;
+	case N_BOOL:
+		buf_puts(out, n->len ? "True" : "False");
+		return 0;
+	case N_NONE:
+		buf_puts(out, "None");
+		return 0;
+	case N_FLOAT:
+		memcpy(&v, n + 1, 8);
+		pyfmt_float_repr(tmp, sizeof(tmp), v);
+		buf_puts(out, tmp);
+		return 0;
+	case N_STR: {
+		size_t len = str_codepoints(n, cp);
+		if (len != n->len)
+			return -1;
+		struct buf u = {0};
+		for (size_t i = 0; i < len; i++)
+			utf8_put(&u, cp[i]);
+		size_t need = pyfmt_str_repr(NULL, 0, u.data ? u.data : "", u.len);
+		char *r = xmalloc(need + 1);
+		pyfmt_str_repr(r, need + 1, u.data ? u.data : "", u.len);
+		buf_puts(out, r);
+		free(r);
+		buf_free(&u);
+		return 0;
+	}
+	case N_TUPLE:
+		ok = n->items == n->len ? 0 : -1;
+		buf_putc(out, '(');
+		for (unsigned i = 0; i < n->items; i++) {
+			if (i)
+				buf_puts(out, ", ");
+			int err = key_repr(ctx, c, out);
+			if (err == -2)
+				return -2;
+			if (err)
+				ok = -1;
+		}
+		buf_puts(out, n->items == 1 ? ",)" : ")");
+		return ok;
+	case N_LIST:
+	case N_DICT: {
+		struct buf sink = {0};
+		int err = skip_items(ctx, c, n->kind == N_DICT ? 2u * n->items : n->items);
+		buf_free(&sink);
+		return err ? -2 : -1;
+	}
+	default:
+		return -1;
+	}
+}
+
 /* str(key) for a dict key node. */
 static int key_text(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)
 {
@@ -166,6 +256,20 @@ static int key_text(struct describe_ctx *ctx, struct node_cursor *c, struct buf 
 		break;
 	}
 	default:
+		if (n->kind == N_TUPLE) {
+			/* str() of a tuple is its repr, when every item can be written exactly */
+			struct node_cursor again = *c;
+			again.p = (const uint8_t *)n;
+			struct buf r = {0};
+			int err = key_repr(ctx, &again, &r);
+			if (err == 0) {
+				*c = again;
+				jw_str(out, r.data ? r.data : "", r.len);
+				buf_free(&r);
+				return 0;
+			}
+			buf_free(&r);
+		}
 		buf_printf(&tmp, "<%s>", ctx->type_name(ctx->arg, n->type));
 		if (n->kind == N_TUPLE || n->kind == N_LIST || n->kind == N_DICT) {
 			int err = skip_items(ctx, c, n->kind == N_DICT ? 2u * n->items : n->items);

@@ -570,6 +570,98 @@ static void source_line(struct trace *t, const char *file, int lineno, struct bu
 	fclose(f);
 }
 
+/* The exception's message as UTF-8: msg holds msg_len code points of msg_kind bytes
+ * (1: Latin-1, which ASCII is part of; 2: UCS-2; 4: UCS-4), or a C string (kind 0). */
+static void exc_message_utf8(const struct rec_exception *e, char *dst, size_t cap)
+{
+	size_t o = 0;
+	unsigned kind = e->msg_kind;
+	dst[0] = 0;
+	if (e->msg_len <= 0)
+		return;
+	if (kind != 1 && kind != 2 && kind != 4) {
+		snprintf(dst, cap, "%.*s", EXC_MSG_MAX, e->msg);
+		return;
+	}
+	const uint8_t *d = (const uint8_t *)e->msg;
+	for (size_t i = 0; i < (size_t)e->msg_len && (i + 1) * kind <= EXC_MSG_MAX; i++) {
+		uint32_t c = kind == 1 ? d[i] : kind == 2 ? (uint32_t)d[2 * i] | (uint32_t)d[2 * i + 1] << 8
+				     : (uint32_t)d[4 * i] | (uint32_t)d[4 * i + 1] << 8 |
+				       (uint32_t)d[4 * i + 2] << 16 | (uint32_t)d[4 * i + 3] << 24;
+		if (o + 5 >= cap)
+			break;
+		if (c < 0x80) {
+			dst[o++] = (char)c;
+		} else if (c < 0x800) {
+			dst[o++] = (char)(0xc0 | (c >> 6));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		} else if (c < 0x10000) {
+			dst[o++] = (char)(0xe0 | (c >> 12));
+			dst[o++] = (char)(0x80 | ((c >> 6) & 0x3f));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		} else {
+			dst[o++] = (char)(0xf0 | (c >> 18));
+			dst[o++] = (char)(0x80 | ((c >> 12) & 0x3f));
+			dst[o++] = (char)(0x80 | ((c >> 6) & 0x3f));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		}
+	}
+	dst[o] = 0;
+}
+
+/* CPython 3.11+ location table (Objects/locations.md): the line of the code unit at
+ * byte offset lasti; -1 when unknown. */
+static unsigned lt_varint(const uint8_t *lt, size_t n, size_t *i)
+{
+	unsigned v = 0, shift = 0;
+	while (*i < n) {
+		uint8_t b = lt[(*i)++];
+		v |= (unsigned)(b & 63) << shift;
+		shift += 6;
+		if (!(b & 64) || shift > 24)
+			break;
+	}
+	return v;
+}
+
+static int lt_svarint(const uint8_t *lt, size_t n, size_t *i)
+{
+	unsigned v = lt_varint(lt, n, i);
+	return v & 1 ? -(int)(v >> 1) : (int)(v >> 1);
+}
+
+static int line_from_table(const struct tb_entry *tb)
+{
+	const uint8_t *lt = tb->linetable;
+	size_t n = tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX, i = 0;
+	int line = tb->firstlineno, addr = 0, target = tb->lasti / 2;
+	while (i < n) {
+		uint8_t b = lt[i++];
+		if (!(b & 0x80))
+			return -1;
+		int code = (b >> 3) & 15, len = (b & 7) + 1, none = 0;
+		if (code == 15) {
+			none = 1;
+		} else if (code == 14) {
+			line += lt_svarint(lt, n, &i);
+			lt_varint(lt, n, &i);
+			lt_varint(lt, n, &i);
+			lt_varint(lt, n, &i);
+		} else if (code == 13) {
+			line += lt_svarint(lt, n, &i);
+		} else if (code >= 10) {
+			line += code - 10;
+			i += 2;
+		} else {
+			i += 1;
+		}
+		if (target < addr + len)
+			return none ? -1 : line;
+		addr += len;
+	}
+	return -1;
+}
+
 static const char *exc_short_name(const char *tp_name)
 {
 	const char *dot = strrchr(tp_name, '.');
@@ -628,9 +720,10 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 				continue;
 			}
 			const struct tb_entry *tb = &e->tb[k % EXC_TB_MAX];
-			buf_printf(&item, "  File \"%s\", line %d, in %s\n", tb->filename, tb->lineno,
+			int lineno = tb->lineno >= 0 ? tb->lineno : line_from_table(tb);
+			buf_printf(&item, "  File \"%s\", line %d, in %s\n", tb->filename, lineno,
 				   tb->func);
-			source_line(t, tb->filename, tb->lineno, &item);
+			source_line(t, tb->filename, lineno, &item);
 			ITEM();
 		}
 		if (message[0])
@@ -667,14 +760,16 @@ void trace_finish(struct trace *t, int exit_code)
 		reconcile_all(t, "process exited");
 	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {
 		const struct rec_exception *e = t->last_exc;
-		char msg[EXC_MSG_MAX + 4];
 		const char *type = exc_short_name(e->type_name);
+		char text[EXC_MSG_MAX * 4 + 4];
+		exc_message_utf8(e, text, sizeof(text));
+		char msg[sizeof(text) + 4];
 		if (e->msg_len < 0)
 			msg[0] = 0;
 		else if (!strcmp(type, "KeyError"))
-			snprintf(msg, sizeof(msg), "'%s'", e->msg);
+			snprintf(msg, sizeof(msg), "'%s'", text);
 		else
-			snprintf(msg, sizeof(msg), "%s", e->msg);
+			snprintf(msg, sizeof(msg), "%s", text);
 		write_error(t, type, msg, e, e->hdr.tid);
 		reconcile_all(t, "session ended");
 	} else {

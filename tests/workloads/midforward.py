@@ -1,0 +1,43 @@
+"""A forward that pauses in its second layer the first time, so a tracer can attach in
+the middle of it. Set MIDFORWARD_FLAG to a path: it is created when the pause begins."""
+import os
+import time
+
+import torch
+from torch import nn
+
+
+class Pause(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.paused = False
+
+    def forward(self, x):
+        if not self.paused:
+            self.paused = True
+            flag = os.environ.get("MIDFORWARD_FLAG")
+            if flag:
+                open(flag, "w").close()
+            time.sleep(float(os.environ.get("MIDFORWARD_PAUSE", "3")))
+        return x
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4), Pause(), nn.Linear(4, 4), nn.ReLU()])
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def build():
+    return Model()
+
+
+def run(model):
+    for _ in range(3):
+        model(torch.ones(1, 4))

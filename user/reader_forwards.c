@@ -8,13 +8,12 @@
 
 static int read_index(struct rd_trace *t, struct rd_index *x)
 {
-	cJSON *ev;
+	struct rd_event ev = { 0 };
 	int got;
 
-	while ((got = rd_trace_next(t, &ev)) == 1) {
-		rd_index_add(x, ev);
-		cJSON_Delete(ev);
-	}
+	while ((got = rd_trace_next(t, &ev)) == 1)
+		rd_index_add(x, &ev);
+	rd_ev_clear(&ev);
 	return got;
 }
 

@@ -30,16 +30,9 @@ static struct rd_fwd *record(struct rd_index *x, const cJSON *number)
 	return f;
 }
 
-static cJSON *take(cJSON *event, const char *key)
+static void add_enter(struct rd_index *x, struct rd_event *event)
 {
-	cJSON *v = (cJSON *)pyv_get(event, key);
-
-	return v ? cJSON_DetachItemViaPointer(event, v) : NULL;
-}
-
-static void add_enter(struct rd_index *x, cJSON *event)
-{
-	const cJSON *number = pyv_get(event, "forward");
+	const cJSON *number = rd_ev_get(event, "forward");
 	struct rd_fwd *f = record(x, number);
 
 	if (!f)
@@ -49,31 +42,29 @@ static void add_enter(struct rd_index *x, cJSON *event)
 	x->entered++;
 	f->number = cJSON_Duplicate(number, 1);
 	pykey_of(f->number, &f->key);
-	if (pyv_has(event, "phase"))
-		f->phase = cJSON_Duplicate(pyv_get(event, "phase"), 1);
+	if (rd_ev_has(event, "phase"))
+		f->phase = cJSON_Duplicate(rd_ev_get(event, "phase"), 1);
 	else
 		f->phase = cJSON_CreateString("other");
 }
 
-static void add_header(struct rd_index *x, cJSON *event)
+static void add_header(struct rd_index *x, struct rd_event *event)
 {
-	struct rd_fwd *f = record(x, pyv_get(event, "forward"));
+	struct rd_fwd *f = record(x, rd_ev_get(event, "forward"));
 
 	if (!f)
 		return;
 	cJSON_Delete(f->samples);
 	cJSON_Delete(f->batch_rows);
-	f->samples = take(event, "samples");
-	f->batch_rows = take(event, "batch_rows");
+	f->samples = rd_ev_take_member(event, "samples");
+	f->batch_rows = rd_ev_take_member(event, "batch_rows");
 }
 
-void rd_index_add(struct rd_index *x, cJSON *event)
+void rd_index_add(struct rd_index *x, struct rd_event *event)
 {
-	const cJSON *kind = pyv_get(event, "event");
-
-	if (pyv_is(kind, "enter"))
+	if (event->kind == RD_ENTER)
 		add_enter(x, event);
-	else if (pyv_is(kind, "forward"))
+	else if (event->kind == RD_FORWARD)
 		add_header(x, event);
 }
 

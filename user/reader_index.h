@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "reader_json.h"
+#include "reader_trace.h"
 
 struct rd_fwd {
 	cJSON *number;        /* the forward as the first enter gave it (1, 1.0, ...) */
@@ -28,7 +29,7 @@ struct rd_index {
 };
 
 /* Account for one event (enter and forward events matter). May take parts of it. */
-void rd_index_add(struct rd_index *x, cJSON *event);
+void rd_index_add(struct rd_index *x, struct rd_event *event);
 /* forward_index(): the entered forwards in order. A malloc'd array of pointers. */
 size_t rd_index_sorted(struct rd_index *x, struct rd_fwd ***out);
 /* One forward_index() entry as the healthy summary prints it (no indent). */

@@ -93,11 +93,33 @@ static int scan_escape(struct scan *sc)
 	return 1;
 }
 
+/* Bytes a string holds as they are: printable ASCII but the quote and backslash. */
+static int plain_byte(unsigned char c)
+{
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
 static int scan_string(struct scan *sc)
 {
+	static unsigned char plain[256];
+	static int ready;
+
+	if (!ready) {
+		for (int c = 0; c < 256; c++)
+			plain[c] = (unsigned char)plain_byte((unsigned char)c);
+		ready = 1;
+	}
 	sc->i++;                                   /* the opening quote */
 	while (sc->i < sc->n) {
-		unsigned char c = (unsigned char)sc->s[sc->i];
+		unsigned char c;
+
+		while (sc->i + 4 <= sc->n && plain[(unsigned char)sc->s[sc->i]] &&
+		       plain[(unsigned char)sc->s[sc->i + 1]] && plain[(unsigned char)sc->s[sc->i + 2]] &&
+		       plain[(unsigned char)sc->s[sc->i + 3]])
+			sc->i += 4;
+		if (sc->i >= sc->n)
+			break;
+		c = (unsigned char)sc->s[sc->i];
 
 		if (c == '"') {
 			sc->i++;
@@ -171,6 +193,8 @@ static int scan_number(struct scan *sc)
 		if (!scan_digits(sc))
 			return refuse(sc, "invalid number");
 	}
+	if (sc->i - start > 63)              /* cJSON reads at most 63 characters */
+		return refuse(sc, "number longer than 63 characters");
 	add_token(sc, start, is_float);
 	return 1;
 }
@@ -187,8 +211,28 @@ static int scan_word(struct scan *sc, const char *word)
 
 static int scan_value(struct scan *sc, int depth);
 
+static void add_member(struct scan *sc, size_t key, size_t key_end, size_t value)
+{
+	struct rd_json *p = sc->p;
+	struct rd_member *m;
+
+	if (p->nmembers == p->mcap) {
+		p->mcap = p->mcap ? p->mcap * 2 : 32;
+		p->members = rd_xrealloc(p->members, p->mcap * sizeof(*p->members));
+	}
+	m = &p->members[p->nmembers++];
+	m->koff = key + 1;
+	m->klen = key_end - key - 2;
+	m->voff = value;
+	m->vlen = sc->i - value;
+	if (memchr(sc->s + m->koff, '\\', m->klen))
+		p->escaped_keys = 1;
+}
+
 static int scan_members(struct scan *sc, int depth, char close, int keyed)
 {
+	size_t key = 0, key_end = 0, value;
+
 	sc->i++;                                   /* the opening bracket */
 	skip_ws(sc);
 	if (sc->i < sc->n && sc->s[sc->i] == close) {
@@ -200,15 +244,21 @@ static int scan_members(struct scan *sc, int depth, char close, int keyed)
 			skip_ws(sc);
 			if (sc->i >= sc->n || sc->s[sc->i] != '"')
 				return refuse(sc, "expected a key");
+			key = sc->i;
 			if (!scan_string(sc))
 				return 0;
+			key_end = sc->i;
 			skip_ws(sc);
 			if (sc->i >= sc->n || sc->s[sc->i] != ':')
 				return refuse(sc, "expected ':'");
 			sc->i++;
 		}
+		skip_ws(sc);
+		value = sc->i;
 		if (!scan_value(sc, depth + 1))
 			return 0;
+		if (keyed && depth == 0)
+			add_member(sc, key, key_end, value);
 		skip_ws(sc);
 		if (sc->i < sc->n && sc->s[sc->i] == ',') {
 			sc->i++;
@@ -245,11 +295,13 @@ static int scan_value(struct scan *sc, int depth)
 	return refuse(sc, "unexpected character");
 }
 
-static int scan_line(struct rd_json *p, const char *line, size_t len)
+int rd_json_scan(struct rd_json *p, const char *line, size_t len)
 {
 	struct scan sc = { line, len, 0, p };
 
 	p->ntoks = 0;
+	p->nmembers = 0;
+	p->escaped_keys = 0;
 	skip_ws(&sc);
 	if (sc.i >= len || line[sc.i] != '{')
 		return refuse(&sc, "not a JSON object");
@@ -367,21 +419,30 @@ static void dedupe(cJSON *node)
 	}
 }
 
-cJSON *rd_json_parse(struct rd_json *p, const char *line, size_t len)
+/* Parse text[0..len) (a whole line, or one member's value starting at offset base
+ * of the scanned line) and restore ints, floats and repeated keys. */
+static cJSON *build(struct rd_json *p, const char *line, size_t base, size_t len, int object)
 {
-	cJSON *root;
-	size_t next = 0;
+	cJSON *root = cJSON_ParseWithLength(line + base, len);
+	size_t lo = 0, hi = p->ntoks, next, end = base + len;
 
-	p->why[0] = '\0';
-	if (!scan_line(p, line, len))
-		return NULL;
-	root = cJSON_ParseWithLength(line, len);
-	if (!root || !cJSON_IsObject(root)) {
+	if (!root || (object && !cJSON_IsObject(root))) {
 		cJSON_Delete(root);
 		snprintf(p->why, sizeof(p->why), "not parseable as JSON");
 		return NULL;
 	}
-	if (!annotate(p, line, root, &next) || next != p->ntoks) {
+	while (lo < hi) {                        /* the first number token in the span */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->toks[mid].off < base)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	next = lo;
+	if (!annotate(p, line, root, &next) ||
+	    (next < p->ntoks && p->toks[next].off < end) ||
+	    (object && next != p->ntoks)) {
 		cJSON_Delete(root);
 		snprintf(p->why, sizeof(p->why), "numbers could not be matched to their text");
 		return NULL;
@@ -390,8 +451,44 @@ cJSON *rd_json_parse(struct rd_json *p, const char *line, size_t len)
 	return root;
 }
 
+cJSON *rd_json_build(struct rd_json *p, const char *line, size_t len)
+{
+	return build(p, line, 0, len, 1);
+}
+
+cJSON *rd_json_parse(struct rd_json *p, const char *line, size_t len)
+{
+	p->why[0] = '\0';
+	if (!rd_json_scan(p, line, len))
+		return NULL;
+	return rd_json_build(p, line, len);
+}
+
+long rd_json_member(const struct rd_json *p, const char *line, const char *key)
+{
+	size_t n = strlen(key);
+
+	for (size_t k = p->nmembers; k-- > 0;) {       /* Python keeps the last value */
+		const struct rd_member *m = &p->members[k];
+
+		if (m->klen == n && memcmp(line + m->koff, key, n) == 0)
+			return (long)k;
+	}
+	return -1;
+}
+
+cJSON *rd_json_value(struct rd_json *p, const char *line, long member)
+{
+	const struct rd_member *m = &p->members[member];
+
+	return build(p, line, m->voff, m->vlen, 0);
+}
+
 void rd_json_free(struct rd_json *p)
 {
+	free(p->members);
+	p->members = NULL;
+	p->nmembers = p->mcap = 0;
 	free(p->toks);
 	p->toks = NULL;
 	p->ntoks = p->cap = 0;

@@ -26,15 +26,38 @@
 /* Deepest nesting a line may have; Python's own recursion limit is about 1000. */
 #define RD_JSON_DEPTH 500
 
+/* A top-level member of the scanned line: where its key and its value lie. */
+struct rd_member {
+	size_t koff;
+	size_t klen;
+	size_t voff;
+	size_t vlen;
+};
+
 struct rd_json {
 	struct rd_numtok *toks;
 	size_t ntoks;
 	size_t cap;
+	struct rd_member *members;
+	size_t nmembers;
+	size_t mcap;
+	int escaped_keys;  /* a top-level key is written with escapes: use the full tree */
 	char why[96];      /* why the last line was refused */
 };
 
 /* The line as a JSON object, or NULL with p->why set. Free with cJSON_Delete. */
 cJSON *rd_json_parse(struct rd_json *p, const char *line, size_t len);
+
+/* The two halves of rd_json_parse, so that a reader can look at a few members of a
+ * line without building all of it: rd_json_scan validates the line and notes where
+ * its numbers and top-level members are (1, or 0 with p->why set); rd_json_build
+ * builds the whole tree, rd_json_value one member's value (both after a scan of the
+ * same line). rd_json_member finds the member a dict lookup would return (the last
+ * of that key), or -1. */
+int rd_json_scan(struct rd_json *p, const char *line, size_t len);
+cJSON *rd_json_build(struct rd_json *p, const char *line, size_t len);
+long rd_json_member(const struct rd_json *p, const char *line, const char *key);
+cJSON *rd_json_value(struct rd_json *p, const char *line, long member);
 void rd_json_free(struct rd_json *p);
 
 enum pyv_kind {

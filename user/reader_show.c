@@ -55,7 +55,7 @@ static struct call *call_of(struct show *s, const cJSON *id, int create)
 
 /* ---- pass 1: forward N's events ---- */
 
-static int keep_entry(struct show *s, cJSON *ev, int enter)
+static void keep_entry(struct show *s, cJSON *ev, int enter)
 {
 	if (s->n == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 256;
@@ -69,74 +69,72 @@ static int keep_entry(struct show *s, cJSON *ev, int enter)
 			c->last_enter = (long long)s->n;
 	}
 	s->n++;
-	return 1;
 }
 
-static int first_pass_event(struct show *s, cJSON *ev)
+static void first_pass_event(struct show *s, struct rd_event *ev)
 {
-	const cJSON *kind = pyv_get(ev, "event");
-	int enter = pyv_is(kind, "enter");
-	int ours = pyv_eq_int(pyv_get(ev, "forward"), s->forward);
+	int enter = ev->kind == RD_ENTER;
+	int ours;
 
-	if (pyv_is(kind, "forward") && ours && !s->header) {
-		s->header = ev;
-		return 1;
-	}
-	if ((enter || pyv_is(kind, "unwound")) && ours)
-		return keep_entry(s, ev, enter);
-	if (enter) {
+	if (!enter && ev->kind != RD_UNWOUND && ev->kind != RD_FORWARD)
+		return;
+	ours = pyv_eq_int(rd_ev_get(ev, "forward"), s->forward);
+	if (ev->kind == RD_FORWARD) {
+		if (ours && !s->header)
+			s->header = rd_ev_take(ev);
+	} else if (ours) {
+		keep_entry(s, rd_ev_take(ev), enter);
+	} else if (enter) {
 		/* a later enter with one of our ids takes the merge from our entry */
-		struct call *c = call_of(s, pyv_get(ev, "call"), 0);
+		struct call *c = call_of(s, rd_ev_get(ev, "call"), 0);
 
 		if (c)
 			c->last_enter = -1;
 	}
-	return 0;
 }
 
 /* ---- pass 2: outputs and numeric inputs of those calls ---- */
 
-static cJSON *take(cJSON *ev, const char *key)
+static void second_pass_event(struct show *s, struct rd_event *ev)
 {
-	cJSON *v = (cJSON *)pyv_get(ev, key);
-
-	return v ? cJSON_DetachItemViaPointer(ev, v) : NULL;
-}
-
-static void second_pass_event(struct show *s, cJSON *ev)
-{
-	const cJSON *kind = pyv_get(ev, "event");
-	const cJSON *id = pyv_get(ev, "call");
+	const cJSON *id;
 	struct call *c;
 
-	if (pyv_is(kind, "exit") && pyv_kind(id) != PYV_NONE && pyv_kind(id) != PYV_MISSING) {
+	if (ev->kind != RD_EXIT && ev->kind != RD_INPUT_NUMERIC)
+		return;
+	id = rd_ev_get(ev, "call");
+	if (ev->kind == RD_EXIT && pyv_kind(id) != PYV_NONE && pyv_kind(id) != PYV_MISSING) {
 		c = call_of(s, id, 0);
 		if (c) {
 			cJSON_Delete(c->output);
-			c->output = take(ev, "output");
+			c->output = rd_ev_take_member(ev, "output");
 			c->has_output = 1;
 		}
-	} else if (pyv_is(kind, "input_numeric") && id && pyv_has(ev, "args") &&
-		   pyv_has(ev, "kwargs")) {
+	} else if (ev->kind == RD_INPUT_NUMERIC && id && rd_ev_has(ev, "args") &&
+		   rd_ev_has(ev, "kwargs")) {
 		c = call_of(s, id, 0);
 		if (c && c->last_enter >= 0) {
 			cJSON_Delete(c->args);
 			cJSON_Delete(c->kwargs);
-			c->args = take(ev, "args");
-			c->kwargs = take(ev, "kwargs");
+			c->args = rd_ev_take_member(ev, "args");
+			c->kwargs = rd_ev_take_member(ev, "kwargs");
 			c->has_numeric = 1;
 		}
 	}
 }
 
-static void put(cJSON *ev, cJSON *value)
+/* ev[key] = value, where an existing key keeps its place as in dict.update. */
+static void put(cJSON *ev, const char *key, cJSON *value)
 {
-	cJSON *old = (cJSON *)pyv_get(ev, value->string);
+	cJSON *old = (cJSON *)pyv_get(ev, key);
 
-	if (old)
-		cJSON_ReplaceItemViaPointer(ev, old, value);
-	else
-		cJSON_AddItemToObject(ev, value->string, value);
+	if (!value)
+		value = cJSON_CreateNull();
+	if (old) {
+		cJSON_ReplaceItemInObjectCaseSensitive(ev, key, value);
+	} else {
+		cJSON_AddItemToObject(ev, key, value);
+	}
 }
 
 /* entries[call].update(args=..., kwargs=...) */
@@ -147,30 +145,28 @@ static void merge_numeric(struct show *s)
 
 		if (!c->has_numeric || c->last_enter < 0)
 			continue;
-		put(s->entries[c->last_enter], c->args);
-		put(s->entries[c->last_enter], c->kwargs);
+		put(s->entries[c->last_enter], "args", c->args);
+		put(s->entries[c->last_enter], "kwargs", c->kwargs);
 		c->args = c->kwargs = NULL;
 	}
 }
 
 static int read_passes(struct show *s)
 {
-	cJSON *ev;
+	struct rd_event ev = { 0 };
 	int got;
 
 	while ((got = rd_trace_next(&s->t, &ev)) == 1)
-		if (!first_pass_event(s, ev))
-			cJSON_Delete(ev);
-	if (got < 0 || s->n == 0)
-		return got;
-	if (rd_trace_rewind(&s->t) < 0)
-		return -1;
-	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
-		second_pass_event(s, ev);
-		cJSON_Delete(ev);
+		first_pass_event(s, &ev);
+	if (got == 0 && s->n > 0) {
+		if (rd_trace_rewind(&s->t) < 0)
+			got = -1;
+		while (got >= 0 && (got = rd_trace_next(&s->t, &ev)) == 1)
+			second_pass_event(s, &ev);
+		if (got == 0)
+			merge_numeric(s);
 	}
-	if (got == 0)
-		merge_numeric(s);
+	rd_ev_clear(&ev);
 	return got;
 }
 

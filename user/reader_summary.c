@@ -121,9 +121,9 @@ static void before_add(struct before *b, const cJSON *i, struct spot s)
 
 /* ---- the pass ---- */
 
-static void note_unwound(struct summary *s, const cJSON *ev)
+static void note_unwound(struct summary *s, struct rd_event *ev)
 {
-	before_fix(&s->on_unwound, pyv_get(ev, "i"));
+	before_fix(&s->on_unwound, rd_ev_get(ev, "i"));
 	if (s->n_unwound == UNWOUND_KEPT) {
 		s->unwound_overflow = 1;
 		return;
@@ -135,43 +135,49 @@ static void note_unwound(struct summary *s, const cJSON *ev)
 	s->unwound[s->n_unwound++] = (struct spot){ s->t.off, s->t.len };
 }
 
-/* Account for one event; returns 1 when the summary keeps it. */
-static int take_event(struct summary *s, cJSON *ev)
+/* Account for one event. */
+static void take_event(struct summary *s, struct rd_event *ev)
 {
-	const cJSON *kind = pyv_get(ev, "event");
 	struct spot here = { s->t.off, s->t.len };
 	double count;
 
-	if (s->t.events == 1 && pyv_is(kind, "header")) {
-		s->header = ev;
-		return 1;
+	if (s->t.events == 1 && ev->kind == RD_HEADER) {
+		s->header = rd_ev_take(ev);
+		return;
 	}
-	if (pyv_is(kind, "dropped") && !s->dropped && pyv_num(pyv_get(ev, "count"), &count))
-		s->dropped = cJSON_Duplicate(pyv_get(ev, "count"), 1);
-	if (pyv_is(kind, "enter") || pyv_is(kind, "exit")) {
-		before_add(&s->on_error, pyv_get(ev, "i"), here);
-		before_add(&s->on_unwound, pyv_get(ev, "i"), here);
-	}
-	if (pyv_is(kind, "unwound"))
+	switch (ev->kind) {
+	case RD_DROPPED:
+		if (!s->dropped && pyv_num(rd_ev_get(ev, "count"), &count))
+			s->dropped = rd_ev_take_member(ev, "count");
+		break;
+	case RD_ENTER:
+	case RD_EXIT:
+		before_add(&s->on_error, rd_ev_get(ev, "i"), here);
+		before_add(&s->on_unwound, rd_ev_get(ev, "i"), here);
+		break;
+	case RD_UNWOUND:
 		note_unwound(s, ev);
-	rd_index_add(&s->index, ev);
-	if (pyv_is(kind, "error") && !s->error) {
-		before_fix(&s->on_error, pyv_get(ev, "i"));
-		s->error = ev;
-		return 1;
+		break;
+	case RD_ERROR:
+		if (!s->error) {
+			before_fix(&s->on_error, rd_ev_get(ev, "i"));
+			s->error = rd_ev_take(ev);
+		}
+		break;
+	default:
+		break;
 	}
-	return 0;
+	rd_index_add(&s->index, ev);
 }
 
 static int read_all(struct summary *s)
 {
-	cJSON *ev;
+	struct rd_event ev = { 0 };
 	int got;
 
-	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
-		if (!take_event(s, ev))
-			cJSON_Delete(ev);
-	}
+	while ((got = rd_trace_next(&s->t, &ev)) == 1)
+		take_event(s, &ev);
+	rd_ev_clear(&ev);
 	return got;
 }
 
@@ -330,16 +336,15 @@ static void print_unwound_event(const cJSON *ev, FILE *out)
 
 static int stream_unwound(struct summary *s, FILE *out)
 {
-	cJSON *ev;
+	struct rd_event ev = { 0 };
 	int got;
 
 	if (rd_trace_rewind(&s->t) < 0)
 		return -1;
-	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
-		if (pyv_is(pyv_get(ev, "event"), "unwound"))
-			print_unwound_event(ev, out);
-		cJSON_Delete(ev);
-	}
+	while ((got = rd_trace_next(&s->t, &ev)) == 1)
+		if (ev.kind == RD_UNWOUND)
+			print_unwound_event(rd_ev_full(&ev), out);
+	rd_ev_clear(&ev);
 	return got;
 }
 
@@ -397,13 +402,12 @@ static void print_ring(struct summary *s, struct before *b, FILE *out)
 	}
 }
 
-static int qualifies(const cJSON *ev, double boundary)
+static int qualifies(struct rd_event *ev, double boundary)
 {
-	const cJSON *kind = pyv_get(ev, "event");
 	double i;
 
-	return (pyv_is(kind, "enter") || pyv_is(kind, "exit")) &&
-	       pyv_num(pyv_get(ev, "i"), &i) && i < boundary;
+	return (ev->kind == RD_ENTER || ev->kind == RD_EXIT) &&
+	       pyv_num(rd_ev_get(ev, "i"), &i) && i < boundary;
 }
 
 /* The before section from a second pass: for tail <= 0, Python's before[-tail:]
@@ -412,7 +416,7 @@ static int stream_before(struct summary *s, struct before *b, FILE *out)
 {
 	struct before again;
 	long long seen = 0;
-	cJSON *ev;
+	struct rd_event ev = { 0 };
 	int got;
 
 	before_init(&again, s->tail);
@@ -421,18 +425,18 @@ static int stream_before(struct summary *s, struct before *b, FILE *out)
 	if (rd_trace_rewind(&s->t) < 0)
 		return -1;
 	while ((got = rd_trace_next(&s->t, &ev)) == 1) {
-		if (qualifies(ev, b->boundary)) {
-			if (s->tail > 0) {
-				before_add(&again, pyv_get(ev, "i"), (struct spot){ s->t.off, s->t.len });
-			} else {
-				if (seen == 0)
-					fprintf(out, "last %lld module events before that:\n", s->tail);
-				if (seen++ >= -s->tail)
-					print_before_event(ev, out);
-			}
+		if (!qualifies(&ev, b->boundary))
+			continue;
+		if (s->tail > 0) {
+			before_add(&again, rd_ev_get(&ev, "i"), (struct spot){ s->t.off, s->t.len });
+		} else {
+			if (seen == 0)
+				fprintf(out, "last %lld module events before that:\n", s->tail);
+			if (seen++ >= -s->tail)
+				print_before_event(rd_ev_full(&ev), out);
 		}
-		cJSON_Delete(ev);
 	}
+	rd_ev_clear(&ev);
 	if (s->tail > 0 && got == 0)
 		print_ring(s, &again, out);
 	free(again.ring.v);

@@ -177,20 +177,120 @@ static void refuse_line(struct rd_trace *t, const char *why)
 	snprintf(t->pending_why, sizeof(t->pending_why), "%s", why);
 }
 
-int rd_trace_next(struct rd_trace *t, cJSON **ev)
+/* event["event"] from its text; escapes or odd values go through the parser. */
+static enum rd_kind kind_of(struct rd_event *e)
+{
+	static const struct { const char *text; enum rd_kind kind; } kinds[] = {
+		{ "\"enter\"", RD_ENTER }, { "\"exit\"", RD_EXIT },
+		{ "\"input_numeric\"", RD_INPUT_NUMERIC }, { "\"forward\"", RD_FORWARD },
+		{ "\"unwound\"", RD_UNWOUND }, { "\"error\"", RD_ERROR },
+		{ "\"dropped\"", RD_DROPPED }, { "\"header\"", RD_HEADER },
+	};
+	struct rd_json *p = &e->t->json;
+	long m = p->escaped_keys ? -1 : rd_json_member(p, e->line, "event");
+	const char *v;
+	size_t n;
+
+	if (p->escaped_keys || (m >= 0 && memchr(e->line + p->members[m].voff, '\\',
+						 p->members[m].vlen))) {
+		const cJSON *kind = rd_ev_get(e, "event");
+
+		for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+			size_t len = strlen(kinds[k].text) - 2;
+
+			if (pyv_kind(kind) == PYV_STR && strlen(kind->valuestring) == len &&
+			    memcmp(kind->valuestring, kinds[k].text + 1, len) == 0)
+				return kinds[k].kind;
+		}
+		return RD_OTHER;
+	}
+	if (m < 0)
+		return RD_OTHER;
+	v = e->line + p->members[m].voff;
+	n = p->members[m].vlen;
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		if (strlen(kinds[k].text) == n && memcmp(v, kinds[k].text, n) == 0)
+			return kinds[k].kind;
+	return RD_OTHER;
+}
+
+void rd_ev_clear(struct rd_event *e)
+{
+	cJSON_Delete(e->full);
+	for (int k = 0; k < e->ncache; k++)
+		cJSON_Delete(e->cache[k]);
+	memset(e, 0, sizeof(*e));
+}
+
+const cJSON *rd_ev_full(struct rd_event *e)
+{
+	if (!e->full)
+		e->full = rd_json_build(&e->t->json, e->line, e->len);
+	if (!e->full)                         /* cannot happen after a good scan */
+		e->full = cJSON_CreateObject();
+	return e->full;
+}
+
+cJSON *rd_ev_take(struct rd_event *e)
+{
+	cJSON *full = (cJSON *)rd_ev_full(e);
+
+	e->full = NULL;
+	return full;
+}
+
+const cJSON *rd_ev_get(struct rd_event *e, const char *key)
+{
+	struct rd_json *p = &e->t->json;
+	long m;
+
+	if (e->full || p->escaped_keys)
+		return pyv_get(rd_ev_full(e), key);
+	for (int k = 0; k < e->ncache; k++)
+		if (strcmp(e->cache_key[k], key) == 0)
+			return e->cache[k];
+	m = rd_json_member(p, e->line, key);
+	if (m < 0)
+		return NULL;
+	if (e->ncache == RD_EVENT_CACHE)
+		return pyv_get(rd_ev_full(e), key);
+	e->cache_key[e->ncache] = key;
+	e->cache[e->ncache] = rd_json_value(p, e->line, m);
+	return e->cache[e->ncache++];
+}
+
+int rd_ev_has(struct rd_event *e, const char *key)
+{
+	if (e->full || e->t->json.escaped_keys)
+		return pyv_has(rd_ev_full(e), key);
+	return rd_json_member(&e->t->json, e->line, key) >= 0;
+}
+
+cJSON *rd_ev_take_member(struct rd_event *e, const char *key)
+{
+	long m;
+
+	if (e->full || e->t->json.escaped_keys) {
+		cJSON *v = (cJSON *)pyv_get(rd_ev_full(e), key);
+
+		return v ? cJSON_DetachItemViaPointer(e->full, v) : NULL;
+	}
+	m = rd_json_member(&e->t->json, e->line, key);
+	return m < 0 ? NULL : rd_json_value(&e->t->json, e->line, m);
+}
+
+int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 {
 	const char *line;
 	size_t len;
 
+	rd_ev_clear(ev);
 	while (lines_next(&t->lines, &line, &len)) {
-		cJSON *parsed;
-
 		if (t->lines.too_long) {
 			refuse_line(t, "longer than 256 MiB");
 			continue;
 		}
-		parsed = rd_json_parse(&t->json, line, len);
-		if (!parsed) {
+		if (!rd_json_scan(&t->json, line, len)) {
 			if (!blank(line, len))
 				refuse_line(t, t->json.why);
 			continue;
@@ -200,7 +300,10 @@ int rd_trace_next(struct rd_trace *t, cJSON **ev)
 		t->off = t->lines.line_off;
 		t->len = len;
 		t->lineno = t->lines.lineno;
-		*ev = parsed;
+		ev->t = t;
+		ev->line = line;
+		ev->len = len;
+		ev->kind = kind_of(ev);
 		return 1;
 	}
 	report_pending(t, 1);

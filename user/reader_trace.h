@@ -39,6 +39,43 @@ struct rd_lines {
 	size_t max_line;
 };
 
+enum rd_kind {
+	RD_OTHER,
+	RD_HEADER,
+	RD_FORWARD,
+	RD_ENTER,
+	RD_INPUT_NUMERIC,
+	RD_EXIT,
+	RD_UNWOUND,
+	RD_ERROR,
+	RD_DROPPED,
+};
+
+#define RD_EVENT_CACHE 8
+
+/* One event, parsed only as far as it is looked at: most readers need three or four
+ * scalar members of most events, and building the whole tree (args, outputs,
+ * statistics) would be most of the reading time. */
+struct rd_event {
+	struct rd_trace *t;
+	const char *line;       /* valid until the next rd_trace_next */
+	size_t len;
+	enum rd_kind kind;      /* event["event"] */
+	cJSON *full;
+	int ncache;
+	const char *cache_key[RD_EVENT_CACHE];
+	cJSON *cache[RD_EVENT_CACHE];
+};
+
+/* event.get(key): NULL when missing. Valid until the event is cleared. */
+const cJSON *rd_ev_get(struct rd_event *e, const char *key);
+int rd_ev_has(struct rd_event *e, const char *key);
+/* The whole event; rd_ev_take hands it over (free it with cJSON_Delete). */
+const cJSON *rd_ev_full(struct rd_event *e);
+cJSON *rd_ev_take(struct rd_event *e);
+/* event.get(key) as a tree of the caller's own, or NULL when missing. */
+cJSON *rd_ev_take_member(struct rd_event *e, const char *key);
+
 struct rd_trace {
 	const char *path;       /* named in messages */
 	struct rd_lines lines;
@@ -55,9 +92,11 @@ struct rd_trace {
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);
-/* 1 and *ev (free it with cJSON_Delete), 0 at the end, -1 on a read error
- * (reported on stderr). */
-int rd_trace_next(struct rd_trace *t, cJSON **ev);
+/* 1 and the next event in *ev (which it clears first), 0 at the end, -1 on a read
+ * error (reported on stderr). Zero-initialize ev before the first call and give it
+ * to rd_ev_clear after the last. */
+int rd_trace_next(struct rd_trace *t, struct rd_event *ev);
+void rd_ev_clear(struct rd_event *e);
 /* Start again from the top, quietly. -1 when the file cannot seek (reported). */
 int rd_trace_rewind(struct rd_trace *t);
 /* The event at a place rd_trace_next returned earlier, or NULL. Leaves the stream

@@ -8,7 +8,9 @@ A 64-module model (32 layers of self_attn and mlp) traced with numeric statistic
 each module call is an enter, an input_numeric and an exit, and the trace ends with
 an error, so summarize takes its failure path.
 """
-# a realistic trace: tiny_transformer-like events with numeric stats, ~1 GB
+import json
+import sys
+
 path = sys.argv[1]; target = float(sys.argv[2]) * 1e9
 stats = {"nan": 0, "posinf": 0, "neginf": 0, "min": -1.2141366004943848, "max": 0.6280510425567627, "mean": -0.350964292883873, "std": 0.6570780586228157, "median": -0.5004255175590515}
 i = 0; call = 0; f = 0; size = 0

@@ -462,6 +462,8 @@ static long describe_step(__u32 idx, void *ctx)
 	switch (w->kind) {
 	case W_SEQ:
 		obj = rd64(w->base + (__u64)w->index * 8);
+		/* a live tuple or list holds no NULL: its item array could not be read */
+		placeholder = !obj;
 		if (++w->index >= w->count)
 			s->nstack--;
 		break;
@@ -1059,6 +1061,29 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 	r->hdr.ts_ns = bpf_ktime_get_ns();
 	r->exit_code = p->exit_code;
 	r->group_dead = group_dead;
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
+/* The target exec'd: the Python process evmbpf read is gone, its records end here (the
+ * uprobes stay on its pid and would see the new program's calls). */
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(task_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	if (!cfg.tgid || p->tgid != cfg.tgid)
+		return 0;
+	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		return 0;
+	}
+	r->hdr.kind = REC_TASK_EXEC;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = p->tgid;
+	r->hdr.tid = p->pid;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->exit_code = 0;
+	r->group_dead = 1;
 	bpf_ringbuf_submit(r, 0);
 	return 0;
 }

@@ -34,6 +34,7 @@ enum rec_kind {
 	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
 	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
 	REC_STACK = 8,     /* --phase rules: the Python frames under an outermost module call */
+	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
 };
 
 struct rec_hdr {

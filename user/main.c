@@ -91,7 +91,8 @@ int main(int argc, char **argv)
 	struct tracer_opts opts = { .ringbuf_mb = 16 };
 	long v;
 	int c;
-	while ((c = getopt_long(argc, argv, "+p:o:m:t:vh", longopts, NULL)) != -1) {
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
@@ -155,7 +156,14 @@ int main(int argc, char **argv)
 			fputs(usage, stdout);
 			return 0;
 		default:
-			fputs("Try 'evmbpf --help'.\n", stderr);
+			/* one line: what was wrong, and where to look */
+			if (c == ':')
+				warnx_("%s needs a value (see evmbpf --help)", argv[optind - 1]);
+			else if (!strncmp(argv[optind - 1], "--", 2))
+				warnx_("unknown option, or a value it does not take: '%s' (see evmbpf "
+				       "--help)", argv[optind - 1]);
+			else
+				warnx_("unknown option -%c (see evmbpf --help)", optopt);
 			return 2;
 		}
 	}

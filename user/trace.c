@@ -272,7 +272,7 @@ static void emit_unwound(struct trace *t, struct thread_stack *s, size_t from, c
 		/* the reference's depth: len(stack) - len(frames) + position */
 		jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)(s->depth - n + k));
 		jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
-		jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+		jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
 		jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
 		jw_key(&b, &first, "args"), buf_puts(&b, f->args);
 		jw_key(&b, &first, "deepest"), jw_bool(&b, k == n - 1);
@@ -384,6 +384,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	if (r->self == t->root) {
 		reconcile(t, s, "a new forward began");
 		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_at(t, s, r->marker));
+		s->forward = t->forward_id;
 	}
 	if (!mod) {
 		if (!t->unknown_modules++ || verbose > 1)
@@ -408,6 +409,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	}
 	struct frame *f = &s->frames[s->depth++];
 	f->mod = mod;
+	f->raised = 0;
 	f->call_id = ++t->call_id;
 	f->phase = xstrdup(phase_at(t, s, r->marker));
 	f->args = xstrdup(args.data);
@@ -420,7 +422,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "type"), jw_cstr(&b, mod->type_name);
 	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth - 1);
 	jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
-	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
 	jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
 	jw_key(&b, &first, "args"), buf_puts(&b, args.data);
 	jw_key(&b, &first, "kwargs"), buf_puts(&b, kwargs.data);
@@ -449,8 +451,17 @@ static int pop_to(struct trace *t, struct thread_stack *s, const char *path, str
 
 static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 {
-	if (r->flags & REC_F_EXCEPTION)
-		return; /* no exit hook fires: the frame stays on the stack */
+	if (r->flags & REC_F_EXCEPTION) {
+		/* no exit hook fires: the frame stays on the stack, no longer running */
+		struct mod_entry *m = modtree_find(&t->mods, r->self);
+		struct thread_stack *s = m ? thread_of(t, r->hdr.tid) : NULL;
+		for (size_t i = s ? s->depth : 0; i-- > 0;)
+			if (s->frames[i].mod == m && !s->frames[i].raised) {
+				s->frames[i].raised = 1;
+				break;
+			}
+		return;
+	}
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
 	if (!mod || !mod->traced)
 		return;
@@ -470,7 +481,7 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "type"), found ? jw_cstr(&b, f.mod->type_name) : jw_null(&b);
 	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
 	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_at(t, s, r->marker));
-	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
 	jw_key(&b, &first, "call"), found ? jw_int(&b, f.call_id) : jw_null(&b);
 	jw_key(&b, &first, "output"), buf_puts(&b, out.data ? out.data : "null");
 	if (!found)
@@ -690,7 +701,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
 	jw_key(&b, &first, "inspection"), jw_null(&b);
 	jw_key(&b, &first, "detected_at"), jw_null(&b);
-	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
+	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
 	jw_key(&b, &first, "samples"), jw_null(&b);
 	jw_key(&b, &first, "batch_rows"), jw_null(&b);
 	jw_key(&b, &first, "mem"), jw_null(&b);
@@ -743,6 +754,16 @@ static void reconcile_all(struct trace *t, const char *reason)
 		reconcile(t, &t->threads[i], reason);
 }
 
+/* Frames entered and neither returned nor left by an exception: still running. */
+static int running_frames(const struct trace *t)
+{
+	for (size_t i = 0; i < t->nthreads; i++)
+		for (size_t k = 0; k < t->threads[i].depth; k++)
+			if (!t->threads[i].frames[k].raised)
+				return 1;
+	return 0;
+}
+
 void trace_finish(struct trace *t, int exit_code)
 {
 	if (t->ended)
@@ -772,6 +793,13 @@ void trace_finish(struct trace *t, int exit_code)
 			snprintf(msg, sizeof(msg), "%s", text);
 		write_error(t, type, msg, e, e->hdr.tid);
 		reconcile_all(t, "session ended");
+	} else if (exit_code >= 0 && (exit_code & 0x7f) == 0 && running_frames(t)) {
+		/* it exited with modules still running: os._exit(), or exit() in native code */
+		char msg[160];
+		snprintf(msg, sizeof(msg), "the process exited with status %d while modules were "
+			 "running (os._exit() or exit() in native code)", (exit_code >> 8) & 0xff);
+		write_error(t, "exit", msg, NULL, t->target->pid);
+		reconcile_all(t, "process exited");
 	} else {
 		reconcile_all(t, "session ended");
 	}

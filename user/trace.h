@@ -17,10 +17,12 @@ struct frame {
 	int64_t call_id;
 	char *phase;
 	char *args;   /* JSON of the described args, kept for `unwound` */
+	int raised;   /* an exception left it: it is not running any more */
 };
 
 struct thread_stack {
 	uint32_t tid;
+	int64_t forward;   /* the forward this thread is in: threads never share one */
 	struct frame *frames;
 	size_t depth, cap;
 	/* --phase rules: the frames under the next outermost call, and the phase they gave */

@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +32,9 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	if (level == LIBBPF_DEBUG && verbose < 2)
 		return 0;
 	if (level == LIBBPF_INFO && !verbose)
+		return 0;
+	/* evmbpf says what failed in one line of its own; libbpf's details with -v */
+	if (level == LIBBPF_WARN && !verbose)
 		return 0;
 	return vfprintf(stderr, fmt, args);
 }
@@ -58,13 +63,43 @@ struct session {
 	int nlinks;
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
+	int execed;       /* the target exec'd another program: what came after is not traced */
 };
+
+/* The effective capabilities, from capget(2): root without them (a container's
+ * restricted root) fails as surely as a plain user. CAP_BPF and CAP_PERFMON load and
+ * attach the programs (CAP_SYS_ADMIN stands for both, and is the only way before Linux
+ * 5.8); CAP_SYS_PTRACE reads the target's memory, its /proc/PID/root, and opens uprobes
+ * on another user's process. CAP_KILL is optional: without it a target of another user
+ * is never held (SIGSTOP) at the first module call, since evmbpf could not resume it. */
+static uint64_t effective_caps;
+
+static int has_cap(int cap)
+{
+	return cap < 64 && (effective_caps >> cap) & 1;
+}
 
 static int check_privileges(void)
 {
-	if (geteuid() != 0) {
-		warnx_("evmbpf needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) to load "
-		       "BPF programs and read the target's memory: run it with sudo");
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct data[2] = {{0}};
+	if (syscall(SYS_capget, &hdr, data)) {
+		warnx_("cannot read evmbpf's capabilities: %s", strerror(errno));
+		return -1;
+	}
+	effective_caps = data[0].effective | (uint64_t)data[1].effective << 32;
+	const int bpf_cap = 39 /* CAP_BPF */, perfmon = 38 /* CAP_PERFMON */;
+	int admin = has_cap(CAP_SYS_ADMIN);
+	char missing[96] = "";
+	if (!has_cap(bpf_cap) && !admin)
+		strcat(missing, ", CAP_BPF");
+	if (!has_cap(perfmon) && !admin)
+		strcat(missing, ", CAP_PERFMON");
+	if (!has_cap(CAP_SYS_PTRACE))
+		strcat(missing, ", CAP_SYS_PTRACE");
+	if (missing[0]) {
+		warnx_("evmbpf needs root, or the capabilities CAP_BPF, CAP_PERFMON and "
+		       "CAP_SYS_PTRACE (missing: %s): run it with sudo", missing + 2);
 		return -1;
 	}
 	return 0;
@@ -74,6 +109,14 @@ static int on_record(void *ctx, void *data, size_t size)
 {
 	struct session *s = ctx;
 	const struct rec_hdr *h = data;
+	if (s->execed)
+		return 0; /* records of the new program, seen before the session ended */
+	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXEC &&
+	    h->pid == (uint32_t)s->target.pid) {
+		s->ended = s->execed = 1;
+		s->exit_code = -1;
+		return 0;
+	}
 	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXIT) {
 		const struct rec_task_exit *e = data;
 		if (e->group_dead && h->pid == (uint32_t)s->target.pid) {
@@ -86,13 +129,22 @@ static int on_record(void *ctx, void *data, size_t size)
 	return 0;
 }
 
+static int process_gone(pid_t pid);
+
 static struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
 				      const char *path, uint64_t off, const char *what)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
 	struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
-	if (!l)
-		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(errno));
+	int err = errno;
+	if (!l && process_gone(pid))
+		warnx_("process %d exited while evmbpf was attaching; nothing traced", pid);
+	else if (!l && (err == EACCES || err == EPERM) && !has_cap(CAP_SYS_ADMIN))
+		warnx_("cannot attach a uprobe to %s: %s; this kernel allows uprobes only with "
+		       "CAP_SYS_ADMIN (CAP_PERFMON is not enough here): add it, or run evmbpf as root",
+		       what, strerror(err));
+	else if (!l)
+		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(err));
 	return l;
 }
 
@@ -103,6 +155,12 @@ static int hold_is_safe(pid_t pid, int launched)
 {
 	if (launched)
 		return 1; /* our own child: we are the one that sees its stops */
+	if (kill(pid, 0)) {
+		/* another user's process and no CAP_KILL: a stop evmbpf could not undo */
+		debugx("cannot signal %d (%s): not stopping it while the model is read", pid,
+		       strerror(errno));
+		return 0;
+	}
 	char path[64], line[1024];
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	FILE *f = fopen(path, "re");
@@ -194,6 +252,12 @@ static int load_and_attach(struct session *s)
 		return -1;
 	}
 	s->links[s->nlinks++] = l;
+	l = bpf_program__attach(s->skel->progs.task_exec);
+	if (!l) {
+		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
+		return -1;
+	}
+	s->links[s->nlinks++] = l;
 	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), on_record, s, NULL);
 	if (!s->rb) {
 		warnx_("cannot open the ring buffer: %s", strerror(errno));
@@ -202,9 +266,11 @@ static int load_and_attach(struct session *s)
 	return 0;
 }
 
+/* In the order they were attached: the entry probe goes first, so that no call is seen
+ * to enter whose return can no longer be seen (its frame is `unwound` at the end). */
 static void detach(struct session *s)
 {
-	for (int i = s->nlinks; i-- > 0;)
+	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
 }
@@ -234,17 +300,41 @@ static int prepare(struct session *s, pid_t pid)
 	return load_and_attach(s);
 }
 
+/* The process has exited: gone, or a zombie its parent has not reaped yet (kill(2)
+ * still finds those). */
+static int process_gone(pid_t pid)
+{
+	if (kill(pid, 0) && errno == ESRCH)
+		return 1;
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT;
+	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	return p && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
 static void collect(struct session *s, pid_t child)
 {
+	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
+	 * first records, so that the ring buffer overflows on purpose */
+	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
+	long stall_ms = stall ? atol(stall) : 0;
 	while (!s->ended && !stop_signal) {
 		int n = ring_buffer__poll(s->rb, 100);
+		if (stall_ms > 0 && s->trace.records > 0) {
+			usleep((useconds_t)stall_ms * 1000);
+			stall_ms = 0;
+		}
 		if (n < 0 && n != -EINTR) {
 			warnx_("reading the ring buffer failed: %s", strerror(-n));
 			break;
 		}
-		if (s->trace.out)
-			fflush(s->trace.out);
+		if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
+			s->trace.write_failed = errno ? errno : EIO;
 		if (s->trace.write_failed) {
 			warnx_("cannot write %s: %s; detaching (the target runs on)", s->opts->out,
 			       strerror(s->trace.write_failed));
@@ -257,7 +347,7 @@ static void collect(struct session *s, pid_t child)
 				s->ended = 1;
 				s->exit_code = status;
 			}
-		} else if (kill(s->target.pid, 0) && errno == ESRCH) {
+		} else if (process_gone(s->target.pid)) {
 			ring_buffer__consume(s->rb);
 			if (!s->ended) {
 				s->ended = 1;
@@ -297,6 +387,8 @@ static void install_signals(void)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* a file size limit (ulimit -f) makes writes fail with EFBIG instead of killing us */
+	signal(SIGXFSZ, SIG_IGN);
 }
 
 static int run_attach(const struct tracer_opts *opts)
@@ -318,6 +410,9 @@ static int run_attach(const struct tracer_opts *opts)
 	int rc = finish(&s);
 	if (stop_signal)
 		fprintf(stderr, "detached from %d\n", opts->pid);
+	else if (s.execed)
+		fprintf(stderr, "%d exec'd another program: the trace ends here, the new program "
+			"is not traced\n", opts->pid);
 	return rc ? 1 : 0;
 }
 
@@ -489,6 +584,21 @@ static int run_launch(const struct tracer_opts *opts)
 		finish(&s);
 		fprintf(stderr, "detached from %d; it runs on\n", child);
 		rc = 0;
+		goto out;
+	}
+	if (s.execed) {
+		/* the command goes on as another program: the trace ends, evmbpf still waits
+		 * for the command and returns its status */
+		int frc = finish(&s);
+		fprintf(stderr, "%d exec'd another program: the trace ends here, the new program "
+			"is not traced\n", child);
+		while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+			if (stop_signal) {
+				fprintf(stderr, "detached from %d; it runs on\n", child);
+				rc = 0;
+				goto out;
+			}
+		rc = frc ? 1 : exit_code_of(status);
 		goto out;
 	}
 	rc = finish(&s) ? 1 : exit_code_of(s.exit_code);

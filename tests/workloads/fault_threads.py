@@ -1,0 +1,52 @@
+"""Threads for tests/test_faults.py: one model, four threads running forwards at once.
+Thread 0 is started in build() (before evmbpf attaches with --wait-for), threads 1 and 2
+in run() (after), and the main thread runs forwards too. A thread's inputs have as many
+rows as its number + 1, so a trace can tell whose forward an event belongs to."""
+import json
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+
+import fault_model  # noqa: E402
+
+FORWARDS = 60
+START = threading.Event()
+TIDS = {}
+MODEL = None
+
+
+def work(rows, wait):
+    if wait:
+        START.wait()
+    TIDS[threading.get_native_id()] = rows
+    with torch.no_grad():
+        for step in range(FORWARDS):
+            MODEL(torch.full((rows, 4), float(step % 5)))
+
+
+EARLY = []
+
+
+def build():
+    global MODEL
+    MODEL = fault_model.build()
+    EARLY.append(threading.Thread(target=work, args=(1, True)))
+    EARLY[0].start()
+    return MODEL
+
+
+def run(model):
+    sys.setswitchinterval(1e-5)
+    late = [threading.Thread(target=work, args=(rows, False)) for rows in (2, 3)]
+    START.set()
+    for t in late:
+        t.start()
+    work(4, False)
+    for t in EARLY + late:
+        t.join()
+    print("threads " + json.dumps({"tids": TIDS, "forwards": FORWARDS}), file=sys.stderr,
+          flush=True)

@@ -31,6 +31,10 @@ __u64 read_faults = 0;
 __u32 hold_next = 0;
 /* Index + 1 of the tensor layout that last matched: tried first. */
 __u32 layout_hint = 0;
+/* Wake the collector only once this much is waiting in the ring buffer (0: every
+ * record). It polls every 100 ms anyway, and a wakeup per record (an irq_work, an IPI,
+ * a context switch) costs the target more than describing the call does. */
+const volatile __u64 wakeup_bytes = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -196,6 +200,14 @@ static __noinline __u8 classify_type(__u64 type)
 	bpf_probe_read_user_str(info.name, sizeof(info.name), (void *)rd64(type + pyo.tp_name));
 	bpf_map_update_elem(&type_kinds, &type, &info, BPF_ANY);
 	return kind;
+}
+
+static __always_inline __u64 rb_flags(__u32 rec_flags)
+{
+	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
+		return 0;
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									     : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline struct dnode *node_here(struct scratch *s)
@@ -600,7 +612,7 @@ static __always_inline void finish(struct scratch *s)
 	r->nodes = s->nodes;
 	if (s->flags & REC_F_TRUNCATED)
 		__sync_fetch_and_add(&truncated_records, 1);
-	if (bpf_ringbuf_output(&events, s->buf, size, 0)) {
+	if (bpf_ringbuf_output(&events, s->buf, size, rb_flags(r->flags))) {
 		__sync_fetch_and_add(&dropped_records, 1);
 		__sync_fetch_and_add(&dropped_bytes, size);
 	}

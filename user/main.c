@@ -39,6 +39,10 @@ static const char usage[] =
 	"                       from any component on). The innermost matching frame decides,\n"
 	"                       the first rule given wins on a tie; the host's own phase()\n"
 	"                       markers beat rules. Repeatable. CPython 3.11.\n"
+	"      --stats FILE     at the end, write the collector's counters (records, events,\n"
+	"                       drops) and its own CPU time and peak RSS as JSON to FILE\n"
+	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
+	"                       write no trace (what the kernel alone charges; no --out)\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
 	"  -h, --help           this text\n"
 	"\n"
@@ -84,6 +88,8 @@ int main(int argc, char **argv)
 		{ "force", no_argument, NULL, 'F' },
 		{ "ringbuf-mb", required_argument, NULL, 'R' },
 		{ "phase", required_argument, NULL, 'P' },
+		{ "stats", required_argument, NULL, 'S' },
+		{ "probe-floor", no_argument, NULL, 'B' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -149,6 +155,12 @@ int main(int argc, char **argv)
 			}
 			opts.ringbuf_mb = v;
 			break;
+		case 'S':
+			opts.stats = optarg;
+			break;
+		case 'B':
+			opts.probe_floor = 1;
+			break;
 		case 'v':
 			verbose++;
 			break;
@@ -169,7 +181,7 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		opts.command = argv + optind;
-	if (!opts.out) {
+	if (!opts.out && !opts.probe_floor) {
 		warnx_("--out FILE is required (see evmbpf --help)");
 		return 2;
 	}

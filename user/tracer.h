@@ -12,6 +12,8 @@ struct tracer_opts {
 	int force;
 	long ringbuf_mb;
 	struct trace_opts trace;
+	const char *stats;      /* --stats FILE: counters and own rusage as JSON at the end */
+	int probe_floor;        /* --probe-floor: empty probes at the same place, no trace */
 };
 
 /* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""The workload side of scripts/bench.py: build a model, then time N iterations of its
+work inside the process (time.perf_counter, after a warm-up), so that process start-up,
+imports and model building are not counted. Prints one JSON line per step on stdout.
+
+    bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S]
+                      [--reference-trace OUT [--tail N]] [--sync]
+
+WORKLOAD: small (a ModuleList of 200 nn.Identity called in a loop: the most module calls
+per second one Python thread can make, the worst case for overhead), linear (200 tiny
+nn.Linear), tiny (the reference's tiny transformer, its run() per iteration), llama (an
+HF LlamaForCausalLM built from a small config, one greedy generate per iteration; needs
+transformers: run it in the sid chroot).
+
+--sync: print {"ready": PID} and wait for a line on stdin before the warm-up (a tracer
+attaches meanwhile), and after the result wait for another line before exiting (the
+tracer's BPF programs are still loaded then: their run-time counters can be read).
+--duration S: iterate for S seconds instead (--iters ignored), printing RSS-free
+progress lines {"t": seconds, "iters": n} every second (for soak runs).
+--reference-trace OUT: run under the reference in-process tracer (evalmetry.debug).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REFERENCE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "reference"))
+
+
+def build(name, torch):
+    nn = torch.nn
+    if name in ("small", "linear"):
+        class Many(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList(
+                    nn.Identity() if name == "small" else nn.Linear(4, 4) for _ in range(200))
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        model = Many()
+        x = torch.randn(1, 4)
+        return model, lambda: model(x)
+    if name == "tiny":
+        import importlib.util
+        path = os.path.join(REFERENCE, "workloads", "tiny_transformer.py")
+        spec = importlib.util.spec_from_file_location("tiny_transformer", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        model = mod.build()
+        model.eval()
+        return model, lambda: mod.run(model)
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=4, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=128)
+        model = LlamaForCausalLM(config)
+        model.eval()
+        ids = torch.randint(0, 256, (1, 8))
+
+        def work():
+            model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                           pad_token_id=0)
+        return model, work
+    sys.exit(f"unknown workload {name!r}")
+
+
+def count_calls(torch, work):
+    """Module calls in one iteration, counted by a global forward pre-hook."""
+    n = [0]
+
+    def hook(module, args):
+        n[0] += 1
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        work()
+    finally:
+        handle.remove()
+    return n[0]
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("workload")
+    ap.add_argument("--iters", type=int, default=1000)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--duration", type=float)
+    ap.add_argument("--reference-trace")
+    ap.add_argument("--tail", type=int)
+    ap.add_argument("--sync", action="store_true")
+    args = ap.parse_args()
+
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model, work = build(args.workload, torch)
+    if args.sync:
+        emit({"ready": os.getpid()})
+        sys.stdin.readline()
+
+    def timed():
+        for _ in range(args.warmup):
+            work()
+        if args.duration:
+            start = time.perf_counter()
+            iters, next_report = 0, start + 1
+            while True:
+                work()
+                iters += 1
+                now = time.perf_counter()
+                if now >= next_report:
+                    emit({"t": round(now - start, 3), "iters": iters})
+                    next_report += 1
+                    if now - start >= args.duration:
+                        return now - start, iters
+        start = time.perf_counter()
+        for _ in range(args.iters):
+            work()
+        return time.perf_counter() - start, args.iters
+
+    with torch.no_grad():
+        if args.reference_trace:
+            sys.path.insert(0, REFERENCE)
+            from evalmetry.debug import DebugConfig, ModuleTracer
+            from run_workload import _shim_old_torch
+            _shim_old_torch(torch)
+            config = DebugConfig(enabled=True, tail=args.tail)
+            tracer = ModuleTracer(model, config, args.reference_trace)
+            with tracer.session():
+                secs, iters = timed()
+        else:
+            secs, iters = timed()
+        calls = count_calls(torch, work)
+    emit({"secs": secs, "iters": iters, "calls_per_iter": calls,
+          "python": sys.version.split()[0], "torch": torch.__version__})
+    if args.sync:
+        sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main()

@@ -88,7 +88,7 @@ struct scratch {
 	__u32 nodes;
 	__u32 flags;
 	struct work stack[STACK_MAX];
-	__u8 tmp[TENSOR_CHUNK + 64];
+	__u8 tmp[256];   /* TENSOR_CHUNK and more: indexes are masked with 255 */
 	__u8 buf[REC_BUF_SIZE + NODE_MAX_SIZE];
 };
 
@@ -164,6 +164,11 @@ static __noinline __u8 classify_type(__u64 type)
 			}
 			__u64 name = rd64(t + pyo.tp_name);
 			__u64 base = rd64(t + pyo.tp_base);
+			/* transformers' KV caches derive from cache_utils.Cache */
+			if (name_is(name, "Cache", 6) && (flags >> 9) & 1) {
+				kind = T_CACHE;
+				break;
+			}
 			/* torch.Tensor's C base: torch._C._TensorBase (1.x), torch._C.TensorBase (2.x) */
 			if (name_is(name, "torch._C._TensorBase", 21) ||
 			    name_is(name, "torch._C.TensorBase", 20)) {
@@ -253,6 +258,8 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 	t->ndim = 0;
 	t->numel = 0;
 	t->layout = 0;
+	t->device_set = 0;
+	t->dtype_meta = 0;
 	for (__u32 k = 0; k <= TENSOR_LAYOUTS; k++) {
 		/* the layout that matched last time first, then all in order */
 		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
@@ -284,20 +291,38 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 		return;
 	}
 	__u32 so = (layouts[li].sizes_off - base) & 63;
-	__u32 no = (layouts[li].numel_off - base) & 127;
-	__u32 dto = (layouts[li].dtype_off - base) & 127;
-	__u32 dvo = (layouts[li].device_off - base) & 127;
-	if (no > TENSOR_CHUNK - 8 || dto > TENSOR_CHUNK - 1 || dvo > TENSOR_CHUNK - 3)
+	__u32 no = (layouts[li].numel_off - base) & 255;
+	__u32 dto = (layouts[li].dtype_off - base) & 255;
+	__u32 dvo = (layouts[li].device_off - base) & 255;
+	if (no > TENSOR_CHUNK - 8 || dto > TENSOR_CHUNK - 8 || dvo > TENSOR_CHUNK - 6)
 		return;
 	__u64 ndim = *(__u64 *)&s->tmp[so];
+	__u64 sizes_at = 0; /* torch 1.7: the sizes_ vector's begin */
+	if (layouts[li].sizes_kind == 1) {
+		__u64 end = *(__u64 *)&s->tmp[(so + 8) & 255];
+		sizes_at = ndim;
+		ndim = end >= sizes_at && !((end - sizes_at) & 7) ? (end - sizes_at) / 8 : 255;
+	}
 	t->numel = *(__s64 *)&s->tmp[no];
-	t->dtype = s->tmp[dto];
-	if (layouts[li].device_order == 0) {
-		t->device_type = s->tmp[(dvo + 1) & 127];
-		t->device_index = (__s8)s->tmp[(dvo + 2) & 127];
+	t->dtype_meta = 0;
+	if (layouts[li].dtype_kind == 1) {
+		t->dtype = DTYPE_META;
+		t->dtype_meta = *(__u64 *)&s->tmp[dto];
 	} else {
+		t->dtype = s->tmp[dto];
+	}
+	if (layouts[li].device_order == 0) {
+		t->device_set = s->tmp[dvo];
+		t->device_type = s->tmp[(dvo + 1) & 255];
+		t->device_index = (__s8)s->tmp[(dvo + 2) & 255];
+	} else if (layouts[li].device_order == 2) {
+		t->device_set = s->tmp[dvo];
+		t->device_type = s->tmp[(dvo + 2) & 255];
+		t->device_index = (__s8)s->tmp[(dvo + 4) & 255];
+	} else {
+		t->device_set = s->tmp[(dvo + 2) & 255];
 		t->device_type = s->tmp[dvo];
-		t->device_index = (__s8)s->tmp[(dvo + 1) & 127];
+		t->device_index = (__s8)s->tmp[(dvo + 1) & 255];
 	}
 	t->layout = found;
 	if (ndim > TENSOR_MAX_DIMS) {
@@ -306,7 +331,12 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 		return;
 	}
 	t->ndim = ndim;
-	if (ndim <= 5) {
+	if (sizes_at) {
+		if (ndim && bpf_probe_read_user(t->sizes, (ndim & 31) * 8, (void *)sizes_at)) {
+			t->ndim = 254;
+			ndim = 0;
+		}
+	} else if (ndim <= 5) {
 		for (int d = 0; d < 5; d++)
 			if (d < ndim)
 				t->sizes[d] = *(__s64 *)&s->tmp[(so + 8 + d * 8) & 127];
@@ -456,6 +486,242 @@ struct loop_ctx {
 	void *p;
 };
 
+/* ---------------------------------------------------------------- instance attributes
+ * obj.NAME from the instance __dict__ without calling anything: 3.13+ inline values or
+ * managed dict, or a tp_dictoffset dict (3.9/3.10); 0 when absent or unreadable. Names
+ * are short ASCII attribute names, matched by length and bytes. */
+#define TPF_INLINE_VALUES (1UL << 2)
+#define TPF_MANAGED_DICT (1UL << 4)
+#define ATTR_SCAN 32
+
+enum attr_name { A_LAYERS = 1, A_KEY_CACHE, A_VALUE_CACHE, A_KEYS, A_VALUES };
+
+static __always_inline int attr_want(__u32 which, __u64 *lo, __u64 *hi, __u32 *len)
+{
+	/* little-endian packs of the names */
+	*hi = 0;
+	switch (which) {
+	case A_LAYERS: *lo = 0x73726579616cULL; *len = 6; return 0;          /* "layers" */
+	case A_KEY_CACHE: *lo = 0x686361635f79656bULL; *hi = 0x65; *len = 9; return 0;
+	case A_VALUE_CACHE: *lo = 0x61635f65756c6176ULL; *hi = 0x656863; *len = 11; return 0;
+	case A_KEYS: *lo = 0x7379656bULL; *len = 4; return 0;
+	case A_VALUES: *lo = 0x7365756c6176ULL; *len = 6; return 0;
+	}
+	return -1;
+}
+
+static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len)
+{
+	__u64 klen = rd64(key + pyo.str_length);
+	__u32 state = (__u32)rd64(key + pyo.str_state);
+	if (klen != len || !((state >> 6) & 1) || !((state >> 5) & 1))
+		return 0;
+	__u64 d[2] = {};
+	if (bpf_probe_read_user(d, 16, (void *)(key + pyo.str_ascii_data)))
+		return 0;
+	if (len < 8)
+		d[0] &= (1ULL << (len * 8)) - 1;
+	if (len <= 8)
+		d[1] = 0;
+	else if (len < 16)
+		d[1] &= (1ULL << ((len - 8) * 8)) - 1;
+	return d[0] == lo && d[1] == hi;
+}
+
+/* Scan a keys object's entries for the name; the value from `values` (split: values[i])
+ * or from the entry itself (combined). */
+static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
+{
+	__u64 nentries = rd64(keys + pyo.dk_nentries);
+	__u64 entries;
+	__u32 esize, koff;
+	if (pyo.dk_size) {
+		__u64 size = rd64(keys + pyo.dk_size);
+		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+		entries = keys + pyo.dk_indices + size * ib;
+		esize = 24;
+		koff = 8;
+	} else {
+		__u8 log2_index = 0, dkind = 0;
+		bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
+		bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+		esize = dkind ? 16 : 24;
+		koff = dkind ? 0 : 8;
+	}
+	for (__u32 i = 0; i < ATTR_SCAN; i++) {
+		if (i >= nentries)
+			break;
+		__u64 kv[2] = {};
+		if (bpf_probe_read_user(kv, 16, (void *)(entries + i * esize + koff)))
+			return 0;
+		if (!kv[0] || !key_matches(kv[0], lo, hi, len))
+			continue;
+		return values ? rd64(values + pyo.dictvalues_values + i * 8) : kv[1];
+	}
+	return 0;
+}
+
+static __always_inline __u64 dict_get(__u64 dict, __u64 lo, __u64 hi, __u32 len)
+{
+	if (!dict)
+		return 0;
+	__u64 keys = rd64(dict + pyo.dict_keys);
+	if (!keys)
+		return 0;
+	return scan_keys(keys, rd64(dict + pyo.dict_values), lo, hi, len);
+}
+
+static __noinline __u64 get_attr(__u64 obj, __u32 which)
+{
+	__u64 lo, hi;
+	__u32 len;
+	if (!obj || attr_want(which, &lo, &hi, &len))
+		return 0;
+	__u64 type = rd64(obj + 8);
+	__u64 flags = rd64(type + pyo.tp_flags);
+	if (pyo.managed_kind == 3 && (flags & TPF_MANAGED_DICT)) {
+		__u64 dict = rd64(obj + (__s64)pyo.managed_dict);
+		if (dict)
+			return dict_get(dict, lo, hi, len);
+		if (!(flags & TPF_INLINE_VALUES))
+			return 0;
+		__u64 at = pyo.managed_values ? obj + pyo.managed_values
+					      : obj + rd64(type + pyo.tp_basicsize);
+		__u8 hdr[4] = {};
+		if (bpf_probe_read_user(hdr, 4, (void *)at) || !hdr[3])
+			return 0; /* not valid: the values moved to a dict */
+		return scan_keys(rd64(type + pyo.ht_cached_keys), at, lo, hi, len);
+	}
+	if (pyo.managed_kind == 0) {
+		__s64 dictoffset = (__s64)rd64(type + pyo.tp_dictoffset);
+		if (dictoffset <= 0 || dictoffset > 4096)
+			return 0;
+		return dict_get(rd64(obj + dictoffset), lo, hi, len);
+	}
+	return 0; /* 3.11/3.12 schemes: not read here yet */
+}
+
+/* numel and (for the first) shape[-2] of a tensor, through the layout that matched last. */
+static __always_inline __s64 tensor_numel(__u64 obj, __s64 *dim_m2)
+{
+	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	if (li >= TENSOR_LAYOUTS || li >= n_layouts)
+		return -1;
+	asm volatile("" : "+r"(li));
+	if (li >= TENSOR_LAYOUTS) /* again, on the register the verifier sees */
+		return -1;
+	__u64 impl = rd64(obj + layouts[li].impl_off);
+	if (!impl || (rd64(impl + layouts[li].backptr_off) & ~1ULL) != obj)
+		return -1;
+	if (dim_m2) {
+		__u64 ndim = rd64(impl + layouts[li].sizes_off);
+		__u64 at = impl + layouts[li].sizes_off + 8;
+		if (layouts[li].sizes_kind == 1) {
+			at = ndim;
+			ndim = (rd64(impl + layouts[li].sizes_off + 8) - at) / 8;
+		} else if (ndim > 5) {
+			at = rd64(at);
+		}
+		*dim_m2 = ndim >= 2 && ndim <= TENSOR_MAX_DIMS ? (__s64)rd64(at + (ndim - 2) * 8) : -1;
+	}
+	return (__s64)rd64(impl + layouts[li].numel_off);
+}
+
+struct cache_walk {
+	__u64 items;      /* the layers list's items, or key_cache's */
+	__u64 vitems;     /* value_cache's items (4.x) */
+	__u32 v5;         /* layers[i].keys / .values */
+	__u32 nlayers;
+	__u32 tensors;
+	__u32 pad;
+	__u64 first;
+	__s64 numel;
+};
+
+static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
+{
+	if (!t)
+		return;
+	__u64 type = rd64(t + 8);
+	if (!type || classify_type(type) != T_TENSOR)
+		return;
+	__s64 n = tensor_numel(t, NULL);
+	if (n < 0)
+		return;
+	w->numel += n;
+	w->tensors++;
+	if (!w->first)
+		w->first = t;
+}
+
+static long cache_step(__u32 i, void *ctx)
+{
+	struct cache_walk *w = ctx;
+	if (i >= w->nlayers)
+		return 1;
+	if (w->v5) {
+		__u64 layer = rd64(w->items + (__u64)i * 8);
+		count_tensor(w, get_attr(layer, A_KEYS));
+		count_tensor(w, get_attr(layer, A_VALUES));
+	} else {
+		count_tensor(w, rd64(w->items + (__u64)i * 8));
+		if (w->vitems)
+			count_tensor(w, rd64(w->vitems + (__u64)i * 8));
+	}
+	return 0;
+}
+
+static __always_inline int is_list(__u64 obj)
+{
+	__u64 type = obj ? rd64(obj + 8) : 0;
+	return type && (rd64(type + pyo.tp_flags) & TPF_LIST);
+}
+
+/* A KV cache: the node, then its first tensor to describe. */
+static __always_inline void emit_cache(struct scratch *s, struct dnode *n, __u64 obj)
+{
+	struct dnode_cache *c = (void *)(n + 1);
+	struct cache_walk w = {};
+	__u64 layers = get_attr(obj, A_LAYERS);
+	if (is_list(layers)) {
+		w.v5 = 1;
+		w.nlayers = rd64(layers + 16);
+		w.items = rd64(layers + pyo.list_items);
+	} else {
+		__u64 kc = get_attr(obj, A_KEY_CACHE);
+		__u64 vc = get_attr(obj, A_VALUE_CACHE);
+		if (!is_list(kc)) {
+			n->kind = N_OTHER;
+			commit(s, n, sizeof(*n));
+			return;
+		}
+		w.nlayers = rd64(kc + 16);
+		w.items = rd64(kc + pyo.list_items);
+		if (is_list(vc) && rd64(vc + 16) == w.nlayers)
+			w.vitems = rd64(vc + pyo.list_items);
+	}
+	c->layers = w.nlayers;
+	if (w.nlayers > CACHE_MAX_LAYERS)
+		w.nlayers = CACHE_MAX_LAYERS;
+	bpf_loop(CACHE_MAX_LAYERS, cache_step, &w, 0);
+	/* get_seq_length(): layer 0's keys.shape[-2], 0 when it has none or is empty */
+	c->seq = 0;
+	if (c->layers) {
+		__u64 k0 = w.v5 ? get_attr(rd64(w.items), A_KEYS) : rd64(w.items);
+		__s64 d = -1;
+		if (k0 && tensor_numel(k0, &d) > 0 && d >= 0)
+			c->seq = d;
+	}
+	c->numel = w.numel;
+	c->tensors = w.tensors;
+	n->kind = N_CACHE;
+	n->items = w.first ? 1 : 0;
+	commit(s, n, sizeof(*n) + sizeof(*c));
+	if (w.first && !push(s, W_ONE, w.first, n->depth))
+		n->items = 0;
+}
+
 static long describe_step(__u32 idx, void *ctx)
 {
 	struct scratch *s = ((struct loop_ctx *)ctx)->p;
@@ -566,6 +832,9 @@ static long describe_step(__u32 idx, void *ctx)
 	case T_TENSOR:
 		n->kind = N_TENSOR;
 		emit_tensor(s, n, obj);
+		break;
+	case T_CACHE:
+		emit_cache(s, n, obj);
 		break;
 	default:
 		n->kind = N_OTHER;
@@ -834,20 +1103,12 @@ struct {
 	__type(value, struct rec_stack);
 } stack_scratch SEC(".maps");
 
-/* At an outermost module call, the code objects of the frames under it. */
+/* The code objects (and first locals) of the Python frames under this call. */
 static __always_inline void report_stack(void)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid(), zero = 0, one = 1;
-	__u32 *depth = bpf_map_lookup_elem(&call_depth, &tid);
-	if (depth) {
-		__sync_fetch_and_add(depth, 1);
-		if (*depth > 1)
-			return;
-	} else {
-		bpf_map_update_elem(&call_depth, &tid, &one, BPF_ANY);
-	}
+	__u32 zero = 0;
 	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!r)
+	if (!r || !cfg.tstate_current)
 		return;
 	__u64 tstate = rd64(cfg.tstate_current);
 	__u64 frame = rd64(rd64(tstate + cfg.tstate_cframe) + cfg.cframe_frame);
@@ -856,6 +1117,7 @@ static __always_inline void report_stack(void)
 		if (!frame)
 			break;
 		r->code[i] = rd64(frame + pyo.iframe_code) & ~3ULL;
+		r->first[i] = rd64(frame + pyo.iframe_localsplus) & ~3ULL;
 		frame = rd64(frame + pyo.frame_back);
 		n++;
 	}
@@ -868,6 +1130,19 @@ static __always_inline void report_stack(void)
 	r->n = n;
 	if (bpf_ringbuf_output(&events, r, sizeof(*r), 0))
 		__sync_fetch_and_add(&dropped_records, 1);
+}
+
+/* --phase rules: count module calls open on this thread; 1 for an outermost call. */
+static __always_inline __u32 enter_call(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid(), one = 1;
+	__u32 *depth = bpf_map_lookup_elem(&call_depth, &tid);
+	if (!depth) {
+		bpf_map_update_elem(&call_depth, &tid, &one, BPF_ANY);
+		return 1;
+	}
+	__sync_fetch_and_add(depth, 1);
+	return *depth;
 }
 
 static __always_inline void leave_call(void)
@@ -885,7 +1160,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
-	if (cfg.rules)
+	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.tstate_current))
 		report_stack();
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)

@@ -33,7 +33,8 @@ enum rec_kind {
 	REC_STOPPED = 5,   /* launch mode: the child was stopped at exec or at its entry point */
 	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
 	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
-	REC_STACK = 8,     /* --phase rules: the Python frames under an outermost module call */
+	REC_STACK = 8,     /* the Python frames under an outermost module call (--phase rules),
+			    * or under the first call seen (attached in the middle of a forward?) */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
 };
 
@@ -73,7 +74,20 @@ enum node_kind {
 	N_OTHER,   /* {"type": NAME} */
 	N_ABSENT,  /* kwargs was NULL */
 	N_UNREADABLE, /* the memory could not be read */
+	N_CACHE,   /* a transformers KV cache: struct dnode_cache; items 1: its first tensor follows */
 };
+
+/* The reference's _describe_cache: layers, the first tensor's shape/dtype/device, the
+ * bytes of every key and value tensor (numel here, times the first's element size),
+ * get_seq_length(). Read from cache.layers[i].keys/.values (transformers 5) or
+ * cache.key_cache/value_cache (4). */
+struct dnode_cache {
+	__u32 layers;
+	__u32 tensors;     /* tensors counted in numel */
+	__s64 seq;
+	__s64 numel;       /* summed over every key and value tensor */
+};
+#define CACHE_MAX_LAYERS 128
 
 #define N_F_NEGATIVE 0x100u
 #define N_F_CUT 0x200u
@@ -96,8 +110,10 @@ struct dnode_tensor {
 	__s8 device_index;
 	__u8 ndim;
 	__u8 layout;  /* index into tensor_layouts + 1; 0: no layout matched */
-	__u8 pad[3];
+	__u8 device_set; /* device_opt_'s has_value byte: 1 on every real tensor, checked */
+	__u8 pad[2];
 	__s64 numel;
+	__u64 dtype_meta; /* dtype == DTYPE_META: torch < 1.8's TypeMetaData*, named in user space */
 	__s64 sizes[]; /* ndim of them, up to TENSOR_MAX_DIMS */
 };
 
@@ -157,6 +173,7 @@ struct rec_stack {
 	__u32 n;
 	__u32 pad;
 	__u64 code[STACK_FRAMES_MAX]; /* innermost first */
+	__u64 first[STACK_FRAMES_MAX]; /* each frame's first local (self, for a method) */
 };
 
 struct rec_module_type {
@@ -174,12 +191,16 @@ struct tensor_layout {
 	__u16 numel_off;
 	__u16 dtype_off;
 	__u16 device_off;
-	__u8 device_order;   /* 0: [has_value][type][index]; 1: [type][index][has_value] */
-	__u8 pad[3];
+	__u8 device_order;   /* 0: [has_value][type][index]; 1: [type][index][has_value];
+	                      * 2 (torch 1.7): [has_value][pad][type int16][index int16] */
+	__u8 sizes_kind;     /* 0: SizesAndStrides; 1 (torch 1.7): SmallVector sizes_ {begin, end} */
+	__u8 dtype_kind;     /* 0: ScalarType byte; 1 (torch 1.7): TypeMeta, a TypeMetaData* */
+	__u8 pad;
 };
 
-#define TENSOR_LAYOUTS 3
-#define TENSOR_CHUNK 128     /* bytes read from backptr_off */
+#define TENSOR_LAYOUTS 4
+#define TENSOR_CHUNK 192     /* bytes read from backptr_off */
+#define DTYPE_META 255       /* dnode_tensor.dtype: see dtype_meta */
 
 /* Type verdicts cached per type object. */
 enum type_kind {
@@ -195,6 +216,7 @@ enum type_kind {
 	T_TENSOR,
 	T_MODULE,
 	T_GENCM,    /* contextlib._GeneratorContextManager: maybe a phase marker */
+	T_CACHE,    /* a subclass of a class named Cache (transformers.cache_utils.Cache) */
 };
 
 /* The BPF side's verdict on a type object, with its name: user space names types from

@@ -407,8 +407,12 @@ def main():
     ap.add_argument("--soak", type=float, help="seconds of a streaming and a --tail soak run")
     ap.add_argument("--drop-check", action="store_true")
     ap.add_argument("--note", default="", help="free text stored in the results")
+    ap.add_argument("--evmbpf", help="the evmbpf binary to measure (default build/evmbpf)")
     opts = ap.parse_args()
 
+    global EVMBPF
+    if opts.evmbpf:
+        EVMBPF = os.path.abspath(opts.evmbpf)
     if os.geteuid() != 0:
         sys.exit("bench.py needs root (BPF)")
     if not os.access(EVMBPF, os.X_OK):
@@ -459,7 +463,7 @@ def main():
                 f.write(stats_before)
     git = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True).stdout.strip()
-    result = {"started": started.isoformat(), "git": git, "note": opts.note,
+    result = {"started": started.isoformat(), "git": git, "evmbpf": EVMBPF, "note": opts.note,
               "argv": sys.argv[1:], "cpus": os.cpu_count(), "kernel": os.uname().release,
               "summary": summary, "runs": runs, **extra}
     out = opts.out or os.path.join(REPO, "bench-results",

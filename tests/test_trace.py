@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -147,3 +148,47 @@ def test_torch_imported_after_attach(evmbpf, tmp_path):
     events = load(out)
     assert [e["module"] for e in events if e["event"] == "enter"] == ["<root>", "0"]
     assert events[0]["torch"]
+
+
+def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
+    """Attached while a forward runs: the model is found on the Python stack, the modules
+    still to come in that forward keep their names (forward 0, as hooks registered then
+    would see them), and the next forwards are whole."""
+    workload = os.path.join(OWN_WORKLOADS, "midforward.py")
+    flag = tmp_path / "paused"
+    env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_PAUSE="3")
+    target = subprocess.Popen([HOST_PYTHON, os.path.join(REFERENCE, "run_workload.py"), workload],
+                              env=env)
+    deadline = time.monotonic() + 60
+    while not flag.exists():
+        assert time.monotonic() < deadline and target.poll() is None
+        time.sleep(0.01)
+    out = str(tmp_path / "t.jsonl")
+    tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out],
+                              stderr=subprocess.PIPE, text=True)
+    assert target.wait(timeout=120) == 0
+    assert tracer.wait(timeout=60) == 0, tracer.stderr.read()
+    events = [e for e in load(out) if e["event"] != "header"]
+    first = [(e["event"], e["module"], e["depth"], e["forward"]) for e in events[:6]]
+    assert first == [("enter", "layers.2", 0, 0), ("exit", "layers.2", 0, 0),
+                     ("enter", "layers.3", 0, 0), ("exit", "layers.3", 0, 0),
+                     ("enter", "head", 0, 0), ("exit", "head", 0, 0)]
+    ref = str(tmp_path / "ref.jsonl")
+    run_reference(workload, ref, env=dict(os.environ, MIDFORWARD_PAUSE="0"))
+    whole = [e for e in load(ref) if e.get("forward", 0) >= 2 and e["event"] != "header"]
+    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[6:]]
+    whole = [dict(e, call=None) for e in whole]
+    compare_traces(whole, ours, kwargs=KWARGS)
+
+
+def test_header_model_type_matches_reference(evmbpf, tmp_path):
+    workload = os.path.join(OWN_WORKLOADS, "odd_values.py")
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    run_reference(workload, ref)
+    assert run_launch(workload, got).returncode == 0
+    assert load(ref)[0]["model_type"] == "odd"
+    assert load(got)[0]["model_type"] == "odd"
+    # no config: null, as the reference writes it
+    tiny = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    assert run_launch(tiny, got + "2").returncode == 0
+    assert load(got + "2")[0]["model_type"] is None

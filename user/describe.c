@@ -284,13 +284,48 @@ static int key_text(struct describe_ctx *ctx, struct node_cursor *c, struct buf 
 	return 0;
 }
 
+/* torch < 1.8 keeps a dtype as a pointer to a static caffe2 TypeMetaData record, whose
+ * name (a string_view at +56) is the C++ type's: map it to the ScalarType number. */
+static int dtype_from_meta(struct describe_ctx *ctx, uint64_t meta)
+{
+	static struct { uint64_t meta; int dtype; } cache[32];
+	static const struct { const char *name; int dtype; } names[] = {
+		{ "unsigned char", 0 }, { "signed char", 1 }, { "short int", 2 }, { "short", 2 },
+		{ "int", 3 }, { "long int", 4 }, { "long", 4 }, { "c10::Half", 5 }, { "float", 6 },
+		{ "double", 7 }, { "c10::complex<c10::Half>", 8 }, { "c10::complex<float>", 9 },
+		{ "c10::complex<double>", 10 }, { "bool", 11 }, { "c10::qint8", 12 },
+		{ "c10::quint8", 13 }, { "c10::qint32", 14 }, { "c10::BFloat16", 15 },
+	};
+	size_t slot = (meta >> 5) & 31;
+	if (!meta || !ctx->reader)
+		return -1;
+	if (cache[slot].meta == meta)
+		return cache[slot].dtype;
+	uint64_t sv[2];
+	char name[48];
+	int dtype = -1;
+	if (!pm_read(ctx->reader, meta + 56, sv, sizeof(sv)) && sv[1] < sizeof(name) &&
+	    !pm_read(ctx->reader, sv[0], name, sv[1])) {
+		name[sv[1]] = 0;
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (!strcmp(name, names[i].name))
+				dtype = names[i].dtype;
+	}
+	cache[slot].meta = meta;
+	cache[slot].dtype = dtype;
+	return dtype;
+}
+
 static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct buf *out)
 {
 	const struct dnode_tensor *t = (const void *)(n + 1);
 	if (payload_len(n) < sizeof(*t))
 		return -1;
-	int ok = t->layout != 0 && t->ndim <= TENSOR_MAX_DIMS &&
-		 payload_len(n) >= sizeof(*t) + 8u * t->ndim && dtype_name(t->dtype);
+	int dtype = t->dtype == DTYPE_META ? dtype_from_meta(ctx, t->dtype_meta) : t->dtype;
+	/* device_opt_ is set on every tensor; a CPU tensor has index -1, others >= 0 */
+	int ok = t->layout != 0 && t->ndim <= TENSOR_MAX_DIMS && t->device_set == 1 &&
+		 (t->device_type == 0 ? t->device_index == -1 : t->device_index >= 0) &&
+		 payload_len(n) >= sizeof(*t) + 8u * t->ndim && dtype >= 0 && dtype_name(dtype);
 	if (ok) {
 		/* sizes must agree with numel */
 		__int128 prod = 1;
@@ -316,13 +351,55 @@ static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct b
 	for (unsigned d = 0; d < t->ndim; d++)
 		buf_printf(out, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
 	buf_puts(out, "], \"dtype\": ");
-	jw_cstr(out, dtype_name(t->dtype));
+	jw_cstr(out, dtype_name(dtype));
 	buf_puts(out, ", \"device\": ");
 	struct buf dev = {0};
 	device_name(&dev, t->device_type, t->device_index);
 	jw_cstr(out, dev.data);
 	buf_free(&dev);
 	buf_putc(out, '}');
+	return 0;
+}
+
+/* element_size() of a ScalarType; 0 when not known */
+static unsigned dtype_itemsize(int dtype)
+{
+	static const unsigned char sizes[] = { 1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2,
+					       1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8 };
+	return dtype >= 0 && (size_t)dtype < sizeof(sizes) ? sizes[dtype] : 0;
+}
+
+/* The reference's _describe_cache: {type, layers[, shape, dtype, device, bytes][, seq]}. */
+static int cache_json(struct describe_ctx *ctx, struct node_cursor *c, const struct dnode *n,
+		      struct buf *out)
+{
+	const struct dnode_cache *k = (const void *)(n + 1);
+	if (payload_len(n) < sizeof(*k))
+		return -1;
+	buf_puts(out, "{\"type\": ");
+	jw_cstr(out, ctx->type_name(ctx->arg, n->type));
+	buf_printf(out, ", \"layers\": %u", k->layers);
+	if (n->items) {
+		const struct dnode *t = take(c);
+		if (!t)
+			return -1;
+		struct node_cursor one = { (const uint8_t *)t, (const uint8_t *)t + t->size };
+		struct buf desc = {0};
+		const struct dnode_tensor *tt = (const void *)(t + 1);
+		int dtype = -1;
+		if (t->kind == N_TENSOR && payload_len(t) >= sizeof(*tt))
+			dtype = tt->dtype == DTYPE_META ? dtype_from_meta(ctx, tt->dtype_meta) : tt->dtype;
+		if (describe_value(ctx, &one, &desc) == 0 && desc.data &&
+		    !strncmp(desc.data, "{\"shape\": ", 10) && dtype_itemsize(dtype)) {
+			/* splice the tensor's keys in: drop its braces */
+			buf_puts(out, ", ");
+			buf_put(out, desc.data + 1, desc.len - 2);
+			buf_printf(out, ", \"bytes\": %lld",
+				   (long long)k->numel * (long long)dtype_itemsize(dtype));
+		}
+		buf_free(&desc);
+	}
+	buf_printf(out, ", \"seq\": %lld}", (long long)k->seq);
 	return 0;
 }
 
@@ -410,6 +487,8 @@ int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *
 		return 0;
 	case N_TENSOR:
 		return tensor_json(ctx, n, out);
+	case N_CACHE:
+		return cache_json(ctx, c, n, out);
 	case N_OTHER:
 		type_only(ctx, n, out);
 		return 0;

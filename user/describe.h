@@ -3,6 +3,7 @@
 #define EVMBPF_DESCRIBE_H
 
 #include <stdint.h>
+#include "procmem.h"
 #include "util.h"
 
 struct describe_ctx {
@@ -11,6 +12,8 @@ struct describe_ctx {
 	void *arg;
 	int warned_tensor;  /* a tensor whose layout did not validate was seen */
 	int warned_cut;     /* a description was cut short */
+	/* the target's memory, for torch < 1.8 dtypes (TypeMetaData names); may be NULL */
+	const struct pyreader *reader;
 };
 
 struct node_cursor {

@@ -233,6 +233,37 @@ static int runtime_symbol(struct target *t, struct elf_file *f, const char *name
 	return 0;
 }
 
+/* 3.13+: _PyRuntime starts with _Py_DebugOffsets: the cookie "xdebugpy", the version
+ * (PY_VERSION_HEX) and, from 3.14, free_threaded. The live runtime must agree with the
+ * version read from the file, and be a GIL build. */
+static int check_debug_offsets(struct target *t, struct elf_file *f)
+{
+	uint64_t rt, head[3] = {0};
+	if (t->major != 3 || t->minor < 13)
+		return 0;
+	if (runtime_symbol(t, f, "_PyRuntime", &rt) || pm_read(&t->reader, rt, head, sizeof(head))) {
+		warnx_("cannot read _PyRuntime of process %d", t->pid);
+		return -1;
+	}
+	if (memcmp(&head[0], "xdebugpy", 8)) {
+		warnx_("%s says Python %d.%d but its _PyRuntime has no _Py_DebugOffsets (cookie "
+		       "\"xdebugpy\"); evmbpf does not read it", t->py_path, t->major, t->minor);
+		return -1;
+	}
+	int major = (int)(head[1] >> 24) & 0xff, minor = (int)(head[1] >> 16) & 0xff;
+	if (major != t->major || minor != t->minor) {
+		warnx_("%s says Python %d.%d but its runtime's _Py_DebugOffsets says %d.%d; evmbpf "
+		       "does not read it", t->py_path, t->major, t->minor, major, minor);
+		return -1;
+	}
+	if (minor >= 14 && head[2]) {
+		warnx_("%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads builds "
+		       "with the GIL only", t->py_path, major, minor);
+		return -1;
+	}
+	return 0;
+}
+
 int target_is_python(pid_t pid)
 {
 	struct target t = { .pid = pid };
@@ -345,6 +376,8 @@ int target_inspect(struct target *t, pid_t pid)
 		       pid);
 		goto out;
 	}
+	if (check_debug_offsets(t, f))
+		goto out;
 	if (find_slot_tp_call(t, f) ||
 	    probe_offset(f, t->slot_tp_call - t->py_bias, &t->slot_tp_call_off)) {
 		warnx_("cannot find slot_tp_call in %s (no symbol, and no slotdefs table found)",
@@ -406,4 +439,29 @@ int target_find_torch(struct target *t)
 	}
 	fclose(f);
 	return 1;
+}
+
+int target_ns_pid(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	int ns_pid = pid;
+	if (!f)
+		return pid;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		char *p = line + 6, *end;
+		for (;;) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			ns_pid = (int)v;
+			p = end;
+		}
+		break;
+	}
+	fclose(f);
+	return ns_pid;
 }

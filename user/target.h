@@ -33,7 +33,9 @@ struct target {
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */
 	char torch_open[PATH_MAX];    /* the same, as evmbpf opens it */
 	char pidns[32], tidns_note[8];
-	uint64_t pid_ns_inode;
+	uint64_t pid_ns_inode;        /* the namespace of the trace's pids and tids (evmbpf's) */
+	uint64_t target_pid_ns_inode; /* the target's own pid namespace */
+	int ns_pid;                   /* the target's pid in its own namespace (NSpid's last) */
 	int root_fd;                  /* the target's root directory, kept open: source lines */
 };
 
@@ -42,6 +44,9 @@ struct target {
 int target_inspect(struct target *t, pid_t pid);
 /* Look for torch in the target's mappings; fills torch_version. 1 when found. */
 int target_find_torch(struct target *t);
+/* The pid of a process in its own pid namespace (the last NSpid entry); pid itself
+ * when the kernel does not say. */
+int target_ns_pid(pid_t pid);
 /* Is the file mapped in the process an interpreter? (for launch mode: 1 yes, 0 no) */
 int target_is_python(pid_t pid);
 

@@ -103,7 +103,7 @@ static void write_header(struct trace *t)
 	jw_key(&b, &c, "chunk_elements"), jw_null(&b);
 	jw_key(&b, &c, "trace_schema_version"), jw_cstr(&b, "1.1");
 	buf_putc(&b, '}');
-	jw_key(&b, &f, "model_type"), jw_null(&b);
+	jw_key(&b, &f, "model_type"), jw_cstr(&b, t->model_type[0] ? t->model_type : NULL);
 	jw_key(&b, &f, "torch"), jw_cstr(&b, t->target->torch_version[0] ? t->target->torch_version : NULL);
 	jw_key(&b, &f, "cuda"), jw_bool(&b, 0);
 	buf_printf(&b, ", \"i\": %lld", (long long)++t->seq);
@@ -111,8 +111,10 @@ static void write_header(struct trace *t)
 	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" TRACER_VERSION "\"");
 	buf_printf(&b, ", \"pid\": %d, \"python\": \"%d.%d\", \"probe\": \"slot_tp_call\"", t->target->pid,
 		   t->target->major, t->target->minor);
-	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"}",
+	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"",
 		   (unsigned long long)t->target->pid_ns_inode);
+	buf_printf(&b, ", \"target_pid_namespace\": %llu, \"target_pid\": %d}",
+		   (unsigned long long)t->target->target_pid_ns_inode, t->target->ns_pid);
 	buf_putc(&b, '}');
 	write_line(t, &b);
 	buf_free(&b);
@@ -228,6 +230,26 @@ static void on_stack(struct trace *t, const struct rec_stack *r)
 	struct thread_stack *s = thread_of(t, r->hdr.tid);
 	s->ncodes = r->n < STACK_FRAMES_MAX ? r->n : STACK_FRAMES_MAX;
 	memcpy(s->codes, r->code, s->ncodes * sizeof(s->codes[0]));
+	memcpy(s->firsts, r->first, s->ncodes * sizeof(s->firsts[0]));
+}
+
+/* Attached in the middle of a forward, the first call seen is not the model's: the
+ * modules already running are on the Python stack, in frames of Module.__call__'s
+ * code, with self as their first local. The outermost of them is the model. */
+static uint64_t enclosing_model(struct trace *t, const struct thread_stack *s)
+{
+	static const char *const calls[] = { "Module._call_impl", "Module._wrapped_call_impl" };
+	static const char suffix[] = "torch/nn/modules/module.py";
+	for (uint32_t i = s->ncodes; i-- > 0;) {
+		const struct code_names *c = code_names_of(t, s->codes[i]);
+		size_t n = c ? strlen(c->filename) : 0;
+		if (!c || n < sizeof(suffix) - 1 || strcmp(c->filename + n - (sizeof(suffix) - 1), suffix))
+			continue;
+		for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++)
+			if (!strcmp(c->qualname, calls[k]) && s->firsts[i])
+				return s->firsts[i];
+	}
+	return 0;
 }
 
 /* Markers beat rules; rules hold from an outermost call until the next one. */
@@ -324,8 +346,30 @@ static const char *type_name_cb(void *arg, uint64_t type)
 
 /* ---------------------------------------------------------------- records */
 
+/* getattr(obj, name) for a str found in the instance's __dict__ or its class's MRO
+ * (a transformers config keeps model_type on the class). */
+static int str_attr(const struct pyreader *r, const struct py_offsets *o, uint64_t obj,
+		    const char *name, char *dst, size_t cap)
+{
+	uint64_t v = py_instance_attr(r, obj, name);
+	if (!v) {
+		uint64_t mro = pm_u64(r, py_type(r, obj) + o->tp_mro, NULL);
+		int64_t n = mro ? (int64_t)pm_u64(r, mro + 16, NULL) : 0;
+		for (int64_t i = 0; i < n && i < 64 && !v; i++) {
+			uint64_t type = pm_u64(r, mro + o->tuple_items + 8 * i, NULL);
+			v = py_dict_get_str(r, pm_u64(r, type + o->tp_dict, NULL), name);
+		}
+	}
+	return v ? py_str(r, v, dst, cap) : -1;
+}
+
 static int set_root(struct trace *t, uint64_t self)
 {
+	/* the header's model_type: getattr(model.config, "model_type"), as the reference */
+	uint64_t config = py_instance_attr(&t->target->reader, self, "config");
+	if (config && str_attr(&t->target->reader, t->target->off, config, "model_type",
+			       t->model_type, sizeof(t->model_type)) < 0)
+		t->model_type[0] = 0;
 	int n = modtree_build(&t->mods, &t->target->reader, self);
 	if (n < 0) {
 		warnx_("warning: cannot read the model's submodules (its _modules dict); "
@@ -374,12 +418,18 @@ static int describe_call(struct trace *t, const struct rec_call *r, size_t size,
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 {
 	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	if (!t->root && s->depth == 0) {
+		uint64_t model = s->ncodes ? enclosing_model(t, s) : 0;
+		if (model && model != r->self)
+			debugx("attached in the middle of a forward: the model is the module at %#lx",
+			       (unsigned long)model);
+		set_root(t, model ? model : r->self);
+	}
+	write_header(t); /* once: after the model is known, for its model_type */
 	if (s->depth == 0 && s->ncodes) {
-		s->rule_phase = rule_phase(t, s);
+		s->rule_phase = t->opts.nrules ? rule_phase(t, s) : NULL;
 		s->ncodes = 0;
 	}
-	if (!t->root && s->depth == 0)
-		set_root(t, r->self);
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
 	if (r->self == t->root) {
 		reconcile(t, s, "a new forward began");
@@ -515,10 +565,7 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	case REC_ENTER:
 		if (size < sizeof(struct rec_call))
 			return;
-		write_header(t);
 		on_enter(t, data, size);
-		if (((const struct rec_call *)data)->flags & REC_F_HELD)
-			kill(t->target->pid, SIGCONT); /* the model is read: let it go on */
 		break;
 	case REC_EXIT:
 		if (size < sizeof(struct rec_call))
@@ -837,6 +884,7 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	static struct describe_ctx dctx;
 	dctx.type_name = type_name_cb;
 	dctx.arg = t;
+	dctx.reader = &target->reader;
 	t->dctx = &dctx;
 
 	struct timespec rt, mono;

@@ -26,7 +26,7 @@ struct thread_stack {
 	struct frame *frames;
 	size_t depth, cap;
 	/* --phase rules: the frames under the next outermost call, and the phase they gave */
-	uint64_t codes[STACK_FRAMES_MAX];
+	uint64_t codes[STACK_FRAMES_MAX], firsts[STACK_FRAMES_MAX];
 	uint32_t ncodes;
 	const char *rule_phase;
 };
@@ -60,6 +60,7 @@ struct trace {
 	int type_map_fd;                 /* the BPF side's type names, or -1 */
 
 	int header_written;
+	char model_type[64];             /* model.config.model_type, "" when none */
 	int64_t seq, call_id, forward_id;
 	uint64_t root;
 	struct modtree mods;

@@ -21,6 +21,7 @@
 #include "floor.skel.h"
 #include "launch.skel.h"
 #include "util.h"
+#include "watchdog.h"
 
 static volatile sig_atomic_t stop_signal;
 
@@ -53,6 +54,11 @@ static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	/* torch 2.13 / 2.14 */
 	{ .impl_off = 16, .backptr_off = 48, .sizes_off = 56, .numel_off = 152,
 	  .dtype_off = 160, .device_off = 162, .device_order = 1 },
+	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
+	 * on a [3, 4, 7] float16 view with storage offset 7 */
+	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
+	  .dtype_off = 208, .device_off = 216, .device_order = 2, .sizes_kind = 1,
+	  .dtype_kind = 1 },
 };
 
 struct session {
@@ -129,6 +135,14 @@ static int on_record(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	trace_record(&s->trace, data, size);
+	if (h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
+	    (((const struct rec_call *)data)->flags & REC_F_HELD)) {
+		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
+		if (delay)
+			usleep((useconds_t)atoi(delay) * 1000);
+		kill(s->target.pid, SIGCONT); /* the model is read: let it go on */
+		watchdog_pending(0);
+	}
 	return 0;
 }
 
@@ -208,11 +222,25 @@ static int load_and_attach(struct session *s)
 			return -1;
 		}
 		skel->rodata->cfg.rules = 1;
-		skel->rodata->cfg.tstate_current = t->tstate_current;
-		skel->rodata->cfg.tstate_cframe = 56;
-		skel->rodata->cfg.cframe_frame = 8;
 	}
+	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
+	skel->rodata->cfg.tstate_current = t->tstate_current;
+	skel->rodata->cfg.tstate_cframe = 56;  /* 3.11: PyThreadState.cframe */
+	skel->rodata->cfg.cframe_frame = 8;    /* _PyCFrame.current_frame */
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
+	if (getenv("EVMBPF_TEST_WRONG_LAYOUTS")) {
+		/* Test only (tests/test_matrix.py): every offset of every known layout 8 bytes
+		 * off, to check that a table that does not fit gives {"type": "Tensor"} and one
+		 * warning, never shapes. */
+		struct tensor_layout *w = (void *)skel->rodata->layouts;
+		for (int i = 0; i < TENSOR_LAYOUTS; i++) {
+			w[i].backptr_off += 8;
+			w[i].sizes_off += 8;
+			w[i].numel_off += 8;
+			w[i].dtype_off += 8;
+			w[i].device_off += 8;
+		}
+	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
@@ -227,6 +255,8 @@ static int load_and_attach(struct session *s)
 	}
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
+	if (skel->bss->hold_next && !watchdog_start(t->pid))
+		watchdog_pending(1);
 	struct bpf_link *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");
@@ -322,9 +352,14 @@ static int prepare(struct session *s, pid_t pid)
 		return attach_floor(s);
 	char nspath[64];
 	struct stat st;
+	/* The trace's pids and tids are the BPF side's, the initial namespace's: evmbpf's own
+	 * (it runs there to load BPF); the target's namespace and its pid there go beside. */
+	if (!stat("/proc/self/ns/pid", &st))
+		s->target.pid_ns_inode = st.st_ino;
 	snprintf(nspath, sizeof(nspath), "/proc/%d/ns/pid", pid);
 	if (!stat(nspath, &st))
-		s->target.pid_ns_inode = st.st_ino;
+		s->target.target_pid_ns_inode = st.st_ino;
+	s->target.ns_pid = target_ns_pid(pid);
 	s->target.root_fd = open(s->target.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (trace_open(&s->trace, &s->target, s->opts->out, s->opts->force, &s->opts->trace))
 		return -1;
@@ -600,6 +635,9 @@ static int run_launch(const struct tracer_opts *opts)
 		goto out;
 	}
 	l.skel->bss->launch_pid = child;
+	/* the child is stopped at each exec until its probes are placed */
+	if (!watchdog_start(child))
+		watchdog_pending(1);
 	if (write(go_fd, "g", 1) != 1) {
 		warnx_("cannot start %s", opts->command[0]);
 		goto out;
@@ -683,5 +721,7 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(libbpf_print);
 	install_signals();
-	return opts->command ? run_launch(opts) : run_attach(opts);
+	int rc = opts->command ? run_launch(opts) : run_attach(opts);
+	watchdog_stop();
+	return rc;
 }

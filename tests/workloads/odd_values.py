@@ -22,9 +22,14 @@ class Picky(nn.Module):
         raise ValueError("picky")
 
 
+class OddConfig:
+    model_type = "odd"     # a class attribute, as transformers' configs keep it
+
+
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
+        self.config = OddConfig()
         self.echo = Echo()
         self.lin = nn.Linear(4, 4)
         self.picky = Picky()

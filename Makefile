@@ -1,6 +1,7 @@
 # evmbpf: BPF programs (clang) + collector and readers (gcc).
 # make            build build/evmbpf
 # make test       install dependencies, build, run the test suite (root)
+# make test-matrix  the full version matrix, slow cells too (root)
 # make demo       trace the embedded demo workload and summarize it (root)
 # make bench      overhead benchmark, side by side
 # make install    install under $(PREFIX)
@@ -35,7 +36,7 @@ USER_SRCS := $(wildcard user/*.c)
 USER_OBJS := $(patsubst user/%.c,$(BUILD)/%.o,$(USER_SRCS))
 
 .DELETE_ON_ERROR:
-.PHONY: all clean test demo bench install deps fuzz
+.PHONY: all clean test test-matrix demo bench install deps fuzz
 
 all: $(BUILD)/evmbpf
 
@@ -66,6 +67,11 @@ test: deps
 	$(MAKE) all
 	$(MAKE) -C tests fuzz-build 2>/dev/null || true
 	$(PYTHON) -m pytest -q tests $(PYTEST_ARGS)
+
+# the whole version matrix (tests/test_matrix.py), slow cells included
+test-matrix: deps
+	$(MAKE) all
+	EVMBPF_FULL_MATRIX=1 $(PYTHON) -m pytest -q tests/test_matrix.py $(PYTEST_ARGS)
 
 demo: deps
 	$(MAKE) all

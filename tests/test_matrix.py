@@ -9,8 +9,9 @@ evmbpf launching it through a wrapper that execs Python (scripts/chroot.sh: bash
 unshare, chroot, env, sh; `env`; a shell script), and by evmbpf attached by pid. evmbpf
 runs on the host and reads the target's files through /proc/PID/root.
 
-The default run covers every cell with a few workloads; `-m slow` (make test-matrix)
-adds the rest of the workloads in every chroot."""
+The default run (`make test`) covers every cell with a few workloads; `make
+test-matrix` (EVMBPF_FULL_MATRIX=1) adds the rest of the workloads in every chroot and a
+second transformers architecture."""
 import os
 import re
 import shutil
@@ -38,12 +39,19 @@ def wl(name):
     raise FileNotFoundError(name)
 
 
-# Per chroot: the workloads of the default run, then the slow rest.
+# Per chroot: the workloads of the default run, then the slow rest, which runs only with
+# EVMBPF_FULL_MATRIX=1 (make test-matrix), so that `make test` stays short.
+FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
+SLOW_MARKS = [pytest.mark.slow,
+              pytest.mark.skipif(not FULL, reason="full matrix: EVMBPF_FULL_MATRIX=1 "
+                                 "(make test-matrix)")]
 FAST = ["tiny_transformer", "raises", "odd_values"]
 SLOW = ["reentry", "phases", "standin_values"]
 PHASE_AWARE = {"phases"}
 CHROOT_CELLS = [pytest.param(c, w, id=f"{c}-{w}") for c in CHROOTS for w in FAST] + \
-    [pytest.param(c, w, id=f"{c}-{w}", marks=pytest.mark.slow) for c in CHROOTS for w in SLOW]
+    [pytest.param(c, w, id=f"{c}-{w}", marks=SLOW_MARKS) for c in CHROOTS for w in SLOW] + \
+    [pytest.param("sid", "hf_llama", id="sid-hf_llama"),  # transformers: sid only
+     pytest.param("sid", "hf_gpt2", id="sid-hf_gpt2", marks=SLOW_MARKS)]
 
 
 _built = {}
@@ -105,6 +113,20 @@ def versions(target):
 
 # ---------------------------------------------------------------- chroots
 
+def comparable_part(workload, ref, got):
+    """transformers 5's generate() runs its decoding steps as `model_forward(...)` with
+    model_forward = model.__call__, a bound method: that call does not pass through
+    slot_tp_call, so evmbpf does not see those roots (a known limit, README). Compare
+    up to the second forward of generate() (the first forward, generate's prefill), and
+    the modules inside the rest."""
+    if not workload.startswith("hf_"):
+        return ref, got
+    cut = next((i for i, e in enumerate(ref) if e.get("event") == "forward" and
+                e.get("forward") == 3), len(ref))
+    return ref[:cut], got[:cut]
+
+
+
 @pytest.mark.parametrize("chroot,workload", CHROOT_CELLS)
 def test_chroot_launch(evmbpf, chroot, workload, outdir):
     target = chroot_target(ensured(chroot)).with_outdir(outdir)
@@ -117,7 +139,8 @@ def test_chroot_launch(evmbpf, chroot, workload, outdir):
     got = load(out)
     py, torch_version = versions(target)
     check_header(got, py, torch_version)
-    compare_traces(ref, got, kwargs=target.kwargs, phase=workload not in PHASE_AWARE)
+    compare_traces(*comparable_part(workload, ref, got), kwargs=target.kwargs,
+                   phase=workload not in PHASE_AWARE)
     assert "did not validate" not in result.stderr, result.stderr
 
 
@@ -131,7 +154,8 @@ def test_chroot_pid(evmbpf, chroot, workload, outdir):
     run.release()
     run.finish()
     assert run.tracer_rc == 0, run.tracer_err
-    compare_traces(ref, load(out), kwargs=target.kwargs, phase=workload not in PHASE_AWARE)
+    compare_traces(*comparable_part(workload, ref, load(out)), kwargs=target.kwargs,
+                   phase=workload not in PHASE_AWARE)
     assert "did not validate" not in run.tracer_err, run.tracer_err
 
 
@@ -214,3 +238,148 @@ def test_pyenv_uncaught_error(evmbpf, version, tmp_path):
         return [line.splitlines()[0] for line in tb if line.startswith("  File") and
                 "/workloads/" in line]
     assert frames(error["traceback"]) == frames(want["traceback"])
+
+
+# ---------------------------------------------------------------- tensor layouts
+
+def _tensor_values(events):
+    """Every described value that is a tensor: dicts with "shape" or type Tensor."""
+    found = []
+
+    def walk(v):
+        if isinstance(v, dict):
+            if "shape" in v or v.get("type") in ("Tensor", "Parameter"):
+                found.append(v)
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+    for e in events:
+        if e.get("event") in ("enter", "exit", "unwound"):
+            walk([e.get("args"), e.get("kwargs"), e.get("output")])
+    return found
+
+
+@pytest.mark.parametrize("where", ["host", "bullseye"])
+def test_wrong_layout_table_gives_type_only(evmbpf, where, tmp_path):
+    """EVMBPF_TEST_WRONG_LAYOUTS (test only) shifts every offset of the known TensorImpl
+    layouts: no tensor may get a shape, each is {"type": "Tensor"}, one warning."""
+    env = dict(os.environ, EVMBPF_TEST_WRONG_LAYOUTS="1")
+    out = str(tmp_path / "t.jsonl")
+    path = wl("tiny_transformer")
+    if where == "host":
+        result = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD, path],
+                                capture_output=True, text=True, env=env, timeout=300)
+    else:
+        target = chroot_target(ensured(where)).with_outdir(tmp_path)
+        target.env = dict(target.env or os.environ, EVMBPF_TEST_WRONG_LAYOUTS="1")
+        result = target.launch(path, out)
+    assert result.returncode == 0, result.stderr
+    tensors = _tensor_values(load(out))
+    assert tensors and all(t == {"type": "Tensor"} for t in tensors), tensors[:5]
+    warnings = [line for line in result.stderr.splitlines() if "did not validate" in line]
+    assert len(warnings) == 1, result.stderr
+
+
+# ---------------------------------------------------------------- versions refused
+
+def _refused(result, needle):
+    assert result.returncode != 0, result.stderr
+    assert needle in result.stderr, result.stderr
+    assert "attached to" not in result.stderr, result.stderr
+
+
+def test_refuses_python38(evmbpf, tmp_path):
+    python = pyenv_python("3.8")
+    if not python:
+        pytest.skip("no pyenv CPython 3.8")
+    out = str(tmp_path / "t.jsonl")
+    script = "import time; print('ready', flush=True); time.sleep(30)"
+    result = subprocess.run([EVMBPF, "--out", out, "--", python, "-c", script],
+                            capture_output=True, text=True, timeout=120)
+    _refused(result, "3.8")
+    assert not os.path.exists(out)
+    target = subprocess.Popen([python, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+        result = subprocess.run([EVMBPF, "--pid", str(target.pid), "--out", out],
+                                capture_output=True, text=True, timeout=120)
+        _refused(result, "3.8")
+        assert target.poll() is None  # untouched
+    finally:
+        target.kill()
+        target.wait()
+
+
+def _patch_py_version(lib, dst, hexversion):
+    """A copy of libpython whose Py_Version says hexversion (the file's bytes only)."""
+    sym = subprocess.run(["nm", "-D", lib], capture_output=True, text=True).stdout
+    addr = next(int(line.split()[0], 16) for line in sym.splitlines()
+                if line.split()[-1] == "Py_Version")
+    phdrs = subprocess.run(["readelf", "-lW", lib], capture_output=True, text=True).stdout
+    for line in phdrs.splitlines():
+        f = line.split()
+        if f and f[0] == "LOAD":
+            off, vaddr, filesz = int(f[1], 16), int(f[2], 16), int(f[4], 16)
+            if vaddr <= addr < vaddr + filesz:
+                data = bytearray(open(lib, "rb").read())
+                data[addr - vaddr + off:addr - vaddr + off + 4] = hexversion.to_bytes(4, "little")
+                open(dst, "wb").write(data)
+                return dst
+    raise AssertionError("Py_Version not in a LOAD segment")
+
+
+def test_refuses_unknown_version(evmbpf, tmp_path):
+    """A CPython that says it is 3.15 (3.13's libpython with Py_Version patched, loaded
+    with LD_PRELOAD: same soname) is refused, by name."""
+    python = pyenv_python("3.13")
+    if not python:
+        pytest.skip("no pyenv CPython 3.13")
+    lib = os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "libpython3.13.so.1.0")
+    fake = _patch_py_version(lib, str(tmp_path / "libpython3.13.so.1.0"), 0x030F00F0)
+    env = dict(os.environ, LD_PRELOAD=fake)
+    check = subprocess.run([python, "-c", "print(1)"], capture_output=True, text=True, env=env)
+    assert check.stdout.strip() == "1", check.stderr
+    out = str(tmp_path / "t.jsonl")
+    result = subprocess.run([EVMBPF, "--out", out, "--", python, "-c", "print(1)"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    _refused(result, "3.15")
+
+
+def test_refuses_debug_build(evmbpf, tmp_path):
+    dbg = shutil.which("python3.11-dbg") or shutil.which("python3-dbg")
+    if not dbg:
+        pytest.skip("no Debian python3.11-dbg installed (apt-get install python3.11-dbg)")
+    out = str(tmp_path / "t.jsonl")
+    result = subprocess.run([EVMBPF, "--out", out, "--", dbg, "-c", "print(1)"],
+                            capture_output=True, text=True, timeout=120)
+    _refused(result, "debug build")
+
+
+# ---------------------------------------------------------------- pid namespaces
+
+def test_pid_namespace(evmbpf, tmp_path):
+    """A target in its own pid namespace (unshare --pid): --pid takes the host's pid;
+    the header says the trace's pids/tids are the host namespace's, and names the
+    target's namespace and its pid there."""
+    out = str(tmp_path / "t.jsonl")
+    path = wl("tiny_transformer")
+    run = Attached(path, out, prefix=["unshare", "--pid", "--fork", "--mount-proc"])
+    assert run.pid != run.target.pid
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0, run.tracer_err
+    events = load(out)
+    tracer = events[0]["tracer"]
+    assert tracer["pid"] == run.pid
+    assert tracer["pid_namespace"] == os.stat("/proc/self/ns/pid").st_ino
+    assert tracer["target_pid_namespace"] != tracer["pid_namespace"]
+    assert tracer["target_pid"] == 1
+    tids = {e["tid"] for e in events if e["event"] in ("enter", "exit")}
+    assert tids == {run.pid}
+    ref = str(tmp_path / "ref.jsonl")
+    subprocess.run([HOST_PYTHON, RUN_WORKLOAD, path, "--trace", ref], check=True,
+                   capture_output=True, timeout=300)
+    compare_traces(load(ref), events, kwargs=False)
+

@@ -456,3 +456,35 @@ def test_short_fuzz_run(tmp_path):
     crashes = [f for f in os.listdir(tmp_path) if f.startswith(("crash-", "leak-", "timeout-", "oom-"))]
     assert got.returncode == 0 and not crashes, \
         f"the fuzzer found {crashes} (copy them to tests/fuzz/corpus/):\n{got.stderr[-3000:]}"
+
+
+# ---- golden: traces evmbpf itself writes ----
+
+EVMBPF_WORKLOADS = [("tiny_transformer.py", []), ("raises.py", []), ("phases.py", []),
+                    ("reentry.py", []), ("tiny_transformer.py", ["--tail", "30"]),
+                    ("tiny_transformer.py", ["--modules", r"layers\.[0-9]+\.attn$"])]
+
+
+@pytest.fixture(scope="session")
+def evmbpf_traces(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: the tracer loads BPF programs")
+    out = tmp_path_factory.mktemp("evmbpf")
+    made = []
+    for index, (workload, options) in enumerate(EVMBPF_WORKLOADS):
+        trace = str(out / f"{index}-{workload}.jsonl")
+        subprocess.run([BIN, "--out", trace, *options, "--", "/usr/bin/python3.11",
+                        os.path.join(REFERENCE, "run_workload.py"),
+                        os.path.join(REFERENCE, "workloads", workload)],
+                       capture_output=True, timeout=300)
+        made.append(trace)
+    return made
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("index", range(len(EVMBPF_WORKLOADS)),
+                         ids=["-".join([w] + o) for w, o in EVMBPF_WORKLOADS])
+def test_evmbpf_trace_matches_reference(evmbpf_traces, index):
+    path = evmbpf_traces[index]
+    assert os.path.exists(path), "evmbpf wrote no trace"
+    check_all_commands(path)

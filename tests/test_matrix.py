@@ -383,3 +383,36 @@ def test_pid_namespace(evmbpf, tmp_path):
                    capture_output=True, timeout=300)
     compare_traces(load(ref), events, kwargs=False)
 
+
+
+# ---------------------------------------------------------------- _Py_DebugOffsets (3.13+)
+
+@pytest.mark.parametrize("where", ["pyenv3.13", "trixie", "sid"])
+def test_debug_offsets_read(evmbpf, where, tmp_path):
+    """3.13+ read _Py_DebugOffsets at the start of _PyRuntime (cookie, version) and take
+    its offsets over the table's; on these builds the two agree."""
+    if where.startswith("pyenv"):
+        python = pyenv_python("3.13")
+        if not python:
+            pytest.skip("no pyenv CPython 3.13")
+        cmd = [python, "-c", "pass"]
+    else:
+        cmd = [*chroot_target(ensured(where)).prefix, "python3", "-c", "pass"]
+    result = subprocess.run([EVMBPF, "-v", "--out", str(tmp_path / "t.jsonl"), "--", *cmd],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"_Py_DebugOffsets 3\.1[34]: 24 fields read, 0 differ", result.stderr), \
+        result.stderr
+
+
+def test_debug_offsets_version_mismatch_refused(evmbpf, tmp_path):
+    """A 3.13 runtime whose file says 3.14 (Py_Version patched): _Py_DebugOffsets tells."""
+    python = pyenv_python("3.13")
+    if not python:
+        pytest.skip("no pyenv CPython 3.13")
+    lib = os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "libpython3.13.so.1.0")
+    fake = _patch_py_version(lib, str(tmp_path / "libpython3.13.so.1.0"), 0x030E00F0)
+    env = dict(os.environ, LD_PRELOAD=fake)
+    result = subprocess.run([EVMBPF, "--out", str(tmp_path / "t.jsonl"), "--", python, "-c",
+                             "pass"], capture_output=True, text=True, env=env, timeout=120)
+    _refused(result, "_Py_DebugOffsets says 3.13")

@@ -1,6 +1,7 @@
 #include "target.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "elfsym.h"
+#include "evmbpf.h"
 #include "util.h"
 
 struct mapping {
@@ -256,11 +258,68 @@ static int check_debug_offsets(struct target *t, struct elf_file *f)
 		       "does not read it", t->py_path, t->major, t->minor, major, minor);
 		return -1;
 	}
-	if (minor >= 14 && head[2]) {
+	if (head[2]) {
 		warnx_("%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads builds "
 		       "with the GIL only", t->py_path, major, minor);
 		return -1;
 	}
+	/* Prefer the runtime's own offsets where they cover a field of the table. */
+	static const struct { const char *name; size_t field; int w313, w314; } map[] = {
+#define F(x) #x, offsetof(struct py_offsets, x)
+		{ F(runtime_interp_head), 5, 5 },
+		{ F(interp_modules), 11, 12 },
+		{ F(interp_sysdict), 12, 13 },
+		{ F(frame_back), 29, 32 },
+		{ F(iframe_code), 30, 33 },
+		{ F(frame_instr), 31, 34 },
+		{ F(iframe_localsplus), 32, 35 },
+		{ F(iframe_owner), 33, 36 },
+		{ F(co_filename), 35, 40 },
+		{ F(co_name), 36, 41 },
+		{ F(co_qualname), 37, 42 },
+		{ F(co_firstlineno), 39, 44 },
+		{ F(tp_name), 47, 53 },
+		{ F(tp_flags), 49, 55 },
+		{ F(tuple_items), 51, 57 },
+		{ F(list_items), 54, 60 },
+		{ F(dict_keys), 57, 67 },
+		{ F(dict_values), 58, 68 },
+		{ F(float_value), 60, 70 },
+		{ F(long_tag), 62, 72 },
+		{ F(long_digits), 63, 73 },
+		{ F(str_state), 68, 78 },
+		{ F(str_length), 69, 79 },
+		{ F(str_ascii_data), 70, 80 },
+#undef F
+	};
+	if (minor != 13 && minor != 14)
+		return 0; /* a layout of _Py_DebugOffsets not known here: the table alone */
+	uint64_t words[81];
+	if (pm_read(&t->reader, rt, words, sizeof(words))) {
+		debugx("cannot read _Py_DebugOffsets; using the table");
+		return 0;
+	}
+	t->off_own = *t->off;
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
+		uint64_t v = words[minor == 13 ? map[i].w313 : map[i].w314];
+		off16 *field = (off16 *)((char *)&t->off_own + map[i].field);
+		if (v > 0xffff)
+			continue;
+		t->debug_offsets_read++;
+		if (*field != v) {
+			debugx("_Py_DebugOffsets: %s is %llu, the table says %u; using %llu", map[i].name,
+			       (unsigned long long)v, *field, (unsigned long long)v);
+			t->debug_offsets_differ++;
+			*field = (off16)v;
+		}
+	}
+	if (words[minor == 13 ? 38 : 43] != CO_LINETABLE_311)
+		debugx("_Py_DebugOffsets: co_linetable is at %llu, evmbpf reads it at %d",
+		       (unsigned long long)words[minor == 13 ? 38 : 43], CO_LINETABLE_311);
+	t->off = &t->off_own;
+	t->reader.off = t->off;
+	debugx("_Py_DebugOffsets %d.%d: %d fields read, %d differ from the table", major, minor,
+	       t->debug_offsets_read, t->debug_offsets_differ);
 	return 0;
 }
 

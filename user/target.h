@@ -16,6 +16,8 @@ struct target {
 	uint64_t py_bias;             /* runtime address = link-time address + bias */
 	int major, minor, micro;
 	const struct py_offsets *off;
+	struct py_offsets off_own;    /* 3.13+: the table with _Py_DebugOffsets' values */
+	int debug_offsets_read, debug_offsets_differ;
 	struct pyreader reader;
 	/* runtime addresses */
 	uint64_t none_obj, bool_type, float_type, object_type;

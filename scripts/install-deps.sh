@@ -10,6 +10,7 @@ packages=(
   libcjson-dev                            # trace reading
   python3 python3-pytest python3-torch    # the real target and the test runner
   debootstrap                             # chroots for the version matrix
+  python3.11-dbg                          # a debug build, which evmbpf must refuse
 )
 
 missing=()

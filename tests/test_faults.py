@@ -114,6 +114,10 @@ class Tracer:
         self.address = slot_tp_call_address(self.err)
         self.links = perf_links(self.proc.pid)
         self.progs = {p["prog_id"] for p in self.links}
+        shown = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"],
+                                          capture_output=True, text=True).stdout or "[]")
+        names = {p["id"]: p.get("name") for p in shown if p["id"] in self.progs}
+        assert set(names) == self.progs and set(names.values()) <= PROG_NAMES, names
 
     def wait(self, timeout=30):
         rest = self.proc.communicate(timeout=timeout)[1]
@@ -449,7 +453,14 @@ def test_threads_each_have_their_own_stack(evmbpf, tmp_path):
     assert tids == {int(t) for t in plan["tids"]}, (tids, plan)
     stacks = open_stack(modules)
     assert all(not s for s in stacks.values()), stacks
-    assert not [e for e in events if e["event"] in ("unwound", "dropped")]
+    assert not [e for e in events if e["event"] == "dropped"]
+    # the failing thread's frames are unwound on its own stack, when its next forward begins
+    failing = next(int(t) for t, rows in plan["tids"].items() if rows == 2)
+    unwound = [e for e in events if e["event"] == "unwound"]
+    assert {e["tid"] for e in unwound} == {failing}
+    assert [e["module"] for e in unwound] == ["<root>", "blocks.1", "blocks.1.inner"] * \
+        plan["raises"]
+    assert {e["reason"] for e in unwound} == {"a new forward began"}
     # forwards: each thread's events carry the forward that thread began, and its inputs
     current, per_thread, switches, last_tid = {}, {}, 0, None
     for e in modules:

@@ -1,7 +1,9 @@
 """Threads for tests/test_faults.py: one model, four threads running forwards at once.
 Thread 0 is started in build() (before evmbpf attaches with --wait-for), threads 1 and 2
 in run() (after), and the main thread runs forwards too. A thread's inputs have as many
-rows as its number + 1, so a trace can tell whose forward an event belongs to."""
+rows as its number + 1, so a trace can tell whose forward an event belongs to.
+The thread with 2 rows raises in blocks.1.inner on its forwards 10 and 30, and catches
+the exception outside the model: its frames are unwound on its own stack only."""
 import json
 import os
 import sys
@@ -15,6 +17,8 @@ import fault_model  # noqa: E402
 
 FORWARDS = 60
 START = threading.Event()
+LOCAL = threading.local()
+RAISES = (10, 30)
 TIDS = {}
 MODEL = None
 
@@ -25,7 +29,11 @@ def work(rows, wait):
     TIDS[threading.get_native_id()] = rows
     with torch.no_grad():
         for step in range(FORWARDS):
-            MODEL(torch.full((rows, 4), float(step % 5)))
+            LOCAL.fail = rows == 2 and step in RAISES
+            try:
+                MODEL(torch.full((rows, 4), float(step % 5)))
+            except ValueError:
+                pass
 
 
 EARLY = []
@@ -34,6 +42,15 @@ EARLY = []
 def build():
     global MODEL
     MODEL = fault_model.build()
+    inner = MODEL.blocks[1].inner
+    plain = inner.forward
+
+    def forward(x):
+        if getattr(LOCAL, "fail", False):
+            raise ValueError("this thread's forward fails")
+        return plain(x)
+
+    inner.forward = forward
     EARLY.append(threading.Thread(target=work, args=(1, True)))
     EARLY[0].start()
     return MODEL
@@ -48,5 +65,6 @@ def run(model):
     work(4, False)
     for t in EARLY + late:
         t.join()
-    print("threads " + json.dumps({"tids": TIDS, "forwards": FORWARDS}), file=sys.stderr,
+    print("threads " + json.dumps({"tids": TIDS, "forwards": FORWARDS,
+                                   "raises": len(RAISES)}), file=sys.stderr,
           flush=True)

@@ -487,8 +487,9 @@ struct loop_ctx {
 };
 
 /* ---------------------------------------------------------------- instance attributes
- * obj.NAME from the instance __dict__ without calling anything: 3.13+ inline values or
- * managed dict, or a tp_dictoffset dict (3.9/3.10); 0 when absent or unreadable. Names
+ * obj.NAME from the instance __dict__ without calling anything: a tp_dictoffset dict
+ * (3.9/3.10), 3.11's dict or values pointers, 3.12's dict-or-values slot, 3.13+ inline
+ * values or managed dict (user/pyoffsets.c, managed_kind); 0 when absent or unreadable. Names
  * are short ASCII attribute names, matched by length and bytes. */
 #define TPF_INLINE_VALUES (1UL << 2)
 #define TPF_MANAGED_DICT (1UL << 4)
@@ -599,7 +600,24 @@ static __noinline __u64 get_attr(__u64 obj, __u32 which)
 			return 0;
 		return dict_get(rd64(obj + dictoffset), lo, hi, len);
 	}
-	return 0; /* 3.11/3.12 schemes: not read here yet */
+	if (pyo.managed_kind == 1 && (flags & TPF_MANAGED_DICT)) {
+		/* 3.11: the dict pointer at managed_dict, else a values pointer at managed_values */
+		__u64 dict = rd64(obj + (__s64)pyo.managed_dict);
+		if (dict)
+			return dict_get(dict, lo, hi, len);
+		__u64 values = rd64(obj + (__s64)pyo.managed_values);
+		if (!values)
+			return 0;
+		return scan_keys(rd64(type + pyo.ht_cached_keys), values, lo, hi, len);
+	}
+	if (pyo.managed_kind == 2 && (flags & TPF_MANAGED_DICT)) {
+		/* 3.12: one slot, a dict pointer, or (values - 1) with bit 0 set */
+		__u64 slot = rd64(obj + (__s64)pyo.managed_dict);
+		if (slot & 1)
+			return scan_keys(rd64(type + pyo.ht_cached_keys), slot + 1, lo, hi, len);
+		return dict_get(slot, lo, hi, len);
+	}
+	return 0;
 }
 
 /* numel and (for the first) shape[-2] of a tensor, through the layout that matched last. */

@@ -45,7 +45,7 @@ FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 SLOW_MARKS = [pytest.mark.slow,
               pytest.mark.skipif(not FULL, reason="full matrix: EVMBPF_FULL_MATRIX=1 "
                                  "(make test-matrix)")]
-FAST = ["tiny_transformer", "raises", "odd_values"]
+FAST = ["tiny_transformer", "raises", "odd_values", "kv_cache"]
 SLOW = ["reentry", "phases", "standin_values"]
 PHASE_AWARE = {"phases"}
 CHROOT_CELLS = [pytest.param(c, w, id=f"{c}-{w}") for c in CHROOTS for w in FAST] + \
@@ -157,6 +157,26 @@ def test_chroot_pid(evmbpf, chroot, workload, outdir):
     compare_traces(*comparable_part(workload, ref, load(out)), kwargs=target.kwargs,
                    phase=workload not in PHASE_AWARE)
     assert "did not validate" not in run.tracer_err, run.tracer_err
+
+
+def test_host_kv_cache(evmbpf, tmp_path):
+    """KV caches on the host's CPython 3.11 (values pointer / materialized dicts)."""
+    path = wl("kv_cache")
+    ref = str(tmp_path / "ref.jsonl")
+    subprocess.run([HOST_PYTHON, RUN_WORKLOAD, path, "--trace", ref], check=True,
+                   capture_output=True, timeout=300)
+    out = str(tmp_path / "launch.jsonl")
+    result = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD, path],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    compare_traces(load(ref), load(out), kwargs=False)
+    assert '"bytes": 1152' in open(out).read()
+    out = str(tmp_path / "pid.jsonl")
+    run = Attached(path, out)
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0, run.tracer_err
+    compare_traces(load(ref), load(out), kwargs=False)
 
 
 def test_chroot_direct(evmbpf, tmp_path):

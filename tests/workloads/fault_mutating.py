@@ -6,6 +6,7 @@ array is allocated and freed under the probe) while the main thread passes that 
 a module. Then a list whose item array points at unmapped memory is passed to another
 module (its real pointer put back before Python looks at it again)."""
 import ctypes
+import os
 import gc
 import json
 import sys
@@ -47,7 +48,7 @@ def run(model):
 
     t = threading.Thread(target=resizer)
     t.start()
-    for _ in range(3000):
+    for _ in range(int(os.environ.get('MUTATING_CALLS', '3000'))):
         model(x)
     stop.set()
     t.join()

@@ -684,6 +684,16 @@ static int run_launch(const struct tracer_opts *opts)
 	announce(&s);
 	kill(child, SIGCONT);
 	collect(&s, child);
+	if (!s.ended && !stop_signal) {
+		/* the trace could not be written: the command goes on untraced, evmbpf waits
+		 * for it (it is evmbpf's child) and fails */
+		finish(&s);
+		fprintf(stderr, "the trace failed; %d runs on untraced\n", child);
+		while (waitpid(child, &status, 0) < 0 && errno == EINTR && !stop_signal)
+			;
+		rc = 1;
+		goto out;
+	}
 	if (!s.ended) {
 		/* evmbpf was asked to stop: the command goes on without us */
 		finish(&s);

@@ -408,6 +408,13 @@ def test_full_disk(server, full_trace, tmp_path):
             assert handle.read() == checksum
         # what did get written is whole lines up to a cut
         read_jsonl(out, partial_ok=True)
+        # launch mode: the command runs to its end untraced, evmbpf waits for it and fails
+        os.unlink(out)
+        r = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD,
+                            FAULT_MODEL], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, FAULT_FORWARDS="3000"))
+        assert r.returncode == 1, r.stderr
+        assert "No space left on device" in r.stderr and "checksum" in r.stderr, r.stderr
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
 

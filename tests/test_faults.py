@@ -489,6 +489,35 @@ def test_threads_each_have_their_own_stack(evmbpf, tmp_path):
     assert switches > 20, "the threads did not interleave"
 
 
+def test_sigkill_with_threads(evmbpf, tmp_path):
+    """SIGKILL while four threads are inside forwards: one `error`, then each thread's
+    own open stack unwound, outermost first, its deepest frame marked."""
+    out = str(tmp_path / "t.jsonl")
+    run = Attached(THREADS_WORKLOAD, out, env=dict(os.environ, THREADS_FORWARDS="100000"))
+    run.release()
+    time.sleep(0.5)
+    run.target.kill()
+    run.finish()
+    assert run.target_rc == -signal.SIGKILL
+    assert run.tracer_rc == 0, run.tracer_err
+    events, _ = read_jsonl(out)
+    cut = next(i for i, e in enumerate(events) if e["event"] == "error")
+    assert events[cut]["exc_type"] == "SIGKILL"
+    stacks = open_stack(events[1:cut])
+    unwound = events[cut + 1:]
+    assert all(e["event"] == "unwound" and e["reason"] == "process exited" for e in unwound)
+    by_tid = {}
+    for e in unwound:
+        by_tid.setdefault(e["tid"], []).append(e)
+    assert {t: [(e["module"], e["call"]) for e in es] for t, es in by_tid.items()} == \
+        {t: s for t, s in stacks.items() if s}
+    for es in by_tid.values():
+        assert [e["deepest"] for e in es] == [False] * (len(es) - 1) + [True]
+        assert len({e["forward"] for e in es}) == 1
+    print(f"\nSIGKILL with threads: {len(by_tid)} threads died inside forwards, "
+          f"{len(unwound)} frames unwound on their own stacks")
+
+
 # ---------------------------------------------------------------- processes
 
 def test_fork_children_not_traced(evmbpf, tmp_path):

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 import fault_model  # noqa: E402
 
-FORWARDS = 60
+FORWARDS = int(os.environ.get("THREADS_FORWARDS", "60"))
 START = threading.Event()
 LOCAL = threading.local()
 RAISES = (10, 30)

@@ -61,6 +61,49 @@ struct {
 	__type(value, __u64);
 } pending SEC(".maps");
 
+/* The module calls open on each thread, innermost last: the return probe pairs with its
+ * entry by stack pointer here, one task-local lookup a probe (the `pending` hash, an
+ * update and a delete per call, is only the overflow for deeper nesting). */
+#define CALLS_MAX 64
+
+struct open_call {
+	__u64 sp;
+	__u64 self;
+};
+
+struct call_stack {
+	__u32 n;
+	__u32 pad;
+	struct open_call c[CALLS_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct call_stack);
+} open_calls SEC(".maps");
+
+/* The overflow hash was used: returns not on the stacks look there. */
+__u32 pending_used = 0;
+
+/* Recently classified types, per CPU, direct-mapped by address: most objects described
+ * are of a few types (the Module subclasses, tuple, Tensor), and an array slot is far
+ * cheaper than the type_kinds hash. A copy of type_kinds' verdicts, never more. */
+#define TYPE_CACHE 256
+
+struct type_cache {
+	__u64 type[TYPE_CACHE];
+	__u8 kind[TYPE_CACHE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct type_cache);
+} type_cache SEC(".maps");
+
 #define STACK_MAX 32
 #define ROOT_DEPTH 255
 
@@ -135,7 +178,24 @@ static __always_inline int name_is(__u64 name_ptr, const char *want, int n)
 }
 
 /* What kind of object a type makes. Walks tp_base for float, Tensor and Module. */
+static __always_inline __u8 classify_type_slow(__u64 type);
+
 static __noinline __u8 classify_type(__u64 type)
+{
+	__u32 zero = 0;
+	struct type_cache *tc = bpf_map_lookup_elem(&type_cache, &zero);
+	__u32 slot = ((type >> 4) ^ (type >> 12)) & (TYPE_CACHE - 1);
+	if (tc && tc->type[slot] == type)
+		return tc->kind[slot];
+	__u8 kind = classify_type_slow(type);
+	if (tc) {
+		tc->type[slot] = type;
+		tc->kind[slot] = kind;
+	}
+	return kind;
+}
+
+static __always_inline __u8 classify_type_slow(__u64 type)
 {
 	struct type_info *cached = bpf_map_lookup_elem(&type_kinds, &type);
 	if (cached)
@@ -1198,26 +1258,65 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		s->flags |= REC_F_TRUNCATED;
 	finish(s);
 
+	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0,
+						     BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (cs && cs->n < CALLS_MAX) {
+		cs->c[cs->n & (CALLS_MAX - 1)].sp = sp;
+		cs->c[cs->n & (CALLS_MAX - 1)].self = (__u64)self;
+		cs->n++;
+		return 0;
+	}
 	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
 	__u64 obj = (__u64)self;
+	if (!pending_used)
+		pending_used = 1;
 	bpf_map_update_elem(&pending, &key, &obj, BPF_ANY);
 	return 0;
+}
+
+/* The entry of the call returning with this stack pointer (its entry's), or 0: not a
+ * module call. The stack grows down: open calls deeper than this one (never seen to
+ * return, e.g. entered before the return probe was attached) are dropped, a few a
+ * return; an outer call's on top means this call is not one of ours. */
+static __always_inline __u64 pop_call(__u64 sp)
+{
+	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	if (cs) {
+		for (int k = 0; k < 4; k++) {
+			__u32 n = cs->n;
+			if (!n || n > CALLS_MAX)
+				break;
+			__u32 i = (n - 1) & (CALLS_MAX - 1);
+			__u64 at = cs->c[i].sp;
+			if (at > sp)
+				break;
+			cs->n = i;
+			if (at == sp)
+				return cs->c[i].self;
+		}
+	}
+	if (!pending_used)
+		return 0;
+	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
+	__u64 *self = bpf_map_lookup_elem(&pending, &key);
+	if (!self)
+		return 0;
+	__u64 obj = *self;
+	bpf_map_delete_elem(&pending, &key);
+	return obj;
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(call_exit, void *ret)
 {
 	/* The return popped the return address: sp is 8 above the entry's. */
-	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(),
-				   .sp = PT_REGS_SP(ctx) - 8 };
-	__u64 *self = bpf_map_lookup_elem(&pending, &key);
-	if (!self)
+	__u64 entry_sp = PT_REGS_SP(ctx) - 8;
+	__u64 obj = pop_call(entry_sp);
+	if (!obj)
 		return 0;
-	__u64 obj = *self;
-	bpf_map_delete_elem(&pending, &key);
 	if (cfg.rules)
 		leave_call();
-	struct scratch *s = begin(REC_EXIT, obj, key.sp);
+	struct scratch *s = begin(REC_EXIT, obj, entry_sp);
 	if (!s)
 		return 0;
 	struct rec_call *r = (void *)s->buf;

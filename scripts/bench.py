@@ -46,7 +46,7 @@ HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
 MODES = ["plain", "floor", "evmbpf", "tail", "reference"]
 # iterations per run (timed), warm-up iterations
-ITERS = {"small": (5000, 50), "linear": (2000, 20), "tiny": (600, 10), "llama": (40, 2)}
+ITERS = {"small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2)}
 
 
 def log(*a):
@@ -228,6 +228,9 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
             try:
                 with open(stats) as f:
                     res["stats"] = json.load(f)
+                # CPU after attaching: collecting, not loading (verifying) the programs
+                res["collector"]["collect_cpu_s"] = (res["collector"]["cpu_s"]
+                                                     - res["stats"].get("attach_cpu_s", 0))
             except (OSError, ValueError):
                 res["stats"] = None
             if mode != "floor":
@@ -278,6 +281,7 @@ def summarize(runs):
                  "us_per_call": secs / calls * 1e6}
             if mode != "plain" and mode != "reference":
                 d["collector_cpu_s"] = med([r["collector"]["cpu_s"] for r in m])
+                d["collector_collect_cpu_s"] = med([r["collector"].get("collect_cpu_s") for r in m])
                 d["collector_maxrss_kb"] = max(r["collector"]["maxrss_kb"] for r in m)
                 for prog in PROG_NAMES:
                     v = med([r["bpf"].get(prog, {}).get("ns_per_run") for r in m])
@@ -290,7 +294,7 @@ def summarize(runs):
                 d["trace_dropped_events"] = sum(
                     e.get("count", 0) for r in m for e in (r.get("trace_dropped") or []))
                 d["events_per_s"] = 2 * calls / secs
-                d["collector_us_per_event"] = (d["collector_cpu_s"] * 1e6 / d["events_median"]
+                d["collector_us_per_event"] = (d["collector_collect_cpu_s"] * 1e6 / d["events_median"]
                                                if d["events_median"] else None)
             s["modes"][mode] = d
         plain = s["modes"].get("plain")
@@ -305,6 +309,13 @@ def summarize(runs):
             if a in M and b in M and M[b].get("us_added_per_call"):
                 return M[a]["us_added_per_call"] / M[b]["us_added_per_call"]
             return None
+        def ratio_min(a, b):
+            if a in M and b in M and M[b].get("us_added_per_call_min"):
+                return M[a]["us_added_per_call_min"] / M[b]["us_added_per_call_min"]
+            return None
+        s["ratio_evmbpf_floor_min"] = ratio_min("evmbpf", "floor")
+        s["ratio_tail_floor_min"] = ratio_min("tail", "floor")
+        s["ratio_reference_evmbpf_min"] = ratio_min("reference", "evmbpf")
         s["ratio_evmbpf_floor"] = ratio("evmbpf", "floor")
         s["ratio_tail_floor"] = ratio("tail", "floor")
         s["ratio_reference_evmbpf"] = ratio("reference", "evmbpf")
@@ -321,7 +332,7 @@ def print_summary(summary, prev=None):
         print(f"\n== {wl}: {s['calls_per_iter']} module calls per iteration, "
               f"{s['calls_per_run']} per run (python {s['python']}, torch {s['torch']})")
         print(f"{'mode':10} {'runs':>4} {'µs/call':>8} {'µs added':>9} {'(min)':>7} "
-              f"{'events/s':>10} {'dropped':>8} {'coll.cpu s':>10} {'µs/event':>8} "
+              f"{'events/s':>10} {'dropped':>8} {'coll.cpu s':>10} {'collect':>7} {'µs/event':>8} "
               f"{'RSS MiB':>8} {'BPF ns enter/exit':>18}")
         for mode, d in s["modes"].items():
             enter = d.get("bpf_ns_call_enter", d.get("bpf_ns_floor_enter"))
@@ -332,11 +343,14 @@ def print_summary(summary, prev=None):
             print(f"{mode:10} {d['runs']:>4} {fmt(d['us_per_call']):>8} "
                   f"{fmt(d.get('us_added_per_call')):>9} {fmt(d.get('us_added_per_call_min')):>7} "
                   f"{fmt(d.get('events_per_s'), '.0f'):>10} {dropped or '-':>8} "
-                  f"{fmt(d.get('collector_cpu_s')):>10} {fmt(d.get('collector_us_per_event')):>8} "
+                  f"{fmt(d.get('collector_cpu_s')):>10} {fmt(d.get('collector_collect_cpu_s')):>7} "
+                  f"{fmt(d.get('collector_us_per_event')):>8} "
                   f"{fmt(d['collector_maxrss_kb'] / 1024 if 'collector_maxrss_kb' in d else None, '.1f'):>8} "
                   f"{fmt(enter, '.0f'):>8} / {fmt(exit_, '.0f'):<8}")
         print(f"ratios: evmbpf/floor {fmt(s['ratio_evmbpf_floor'])}, tail/floor "
-              f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')}")
+              f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')} "
+              f"(medians); from the fastest runs: {fmt(s['ratio_evmbpf_floor_min'])}, "
+              f"{fmt(s['ratio_tail_floor_min'])}, {fmt(s['ratio_reference_evmbpf_min'], '.1f')}")
         if prev and wl in prev:
             p = prev[wl]
             print("compared with the earlier file (µs added per call, before -> after):")

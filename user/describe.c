@@ -349,7 +349,7 @@ static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct b
 	}
 	buf_puts(out, "{\"shape\": [");
 	for (unsigned d = 0; d < t->ndim; d++)
-		buf_printf(out, d ? ", %lld" : "%lld", (long long)t->sizes[d]);
+		buf_puts(out, d ? ", " : ""), jw_int(out, t->sizes[d]);
 	buf_puts(out, "], \"dtype\": ");
 	jw_cstr(out, dtype_name(dtype));
 	buf_puts(out, ", \"device\": ");

@@ -76,6 +76,16 @@ void jw_str(struct buf *b, const char *s, size_t n)
 	const unsigned char *p = (const unsigned char *)s;
 	buf_putc(b, '"');
 	while (n) {
+		/* a run of printable ASCII that needs no escape: at once */
+		size_t run = 0;
+		while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+			run++;
+		if (run) {
+			buf_put(b, (const char *)p, run);
+			p += run;
+			n -= run;
+			continue;
+		}
 		uint32_t cp;
 		size_t used = utf8_next(p, n, &cp);
 		put_cp(b, cp);
@@ -116,7 +126,14 @@ void jw_float(struct buf *b, double v)
 
 void jw_int(struct buf *b, int64_t v)
 {
-	buf_printf(b, "%" PRId64, v);
+	char tmp[24], *e = tmp + sizeof(tmp), *q = e;
+	uint64_t u = v < 0 ? -(uint64_t)v : (uint64_t)v;
+	do
+		*--q = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--q = '-';
+	buf_put(b, q, (size_t)(e - q));
 }
 
 void jw_bool(struct buf *b, int v)

@@ -311,8 +311,20 @@ static void detach(struct session *s)
 	s->nlinks = 0;
 }
 
+/* CPU time spent until attached (BPF verification mostly), for --stats */
+static double attach_cpu_s;
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
 static void announce(struct session *s)
 {
+	attach_cpu_s = cpu_s();
 	struct target *t = &s->target;
 	fprintf(stderr, "attached to %d (python %d.%d, torch %s)\n", t->pid, t->major, t->minor,
 		t->torch_version[0] ? t->torch_version : "not imported yet");
@@ -416,7 +428,8 @@ static void collect(struct session *s, pid_t child)
 				s->exit_code = status;
 			}
 		} else if (process_gone(s->target.pid)) {
-			ring_buffer__consume(s->rb);
+			if (s->rb)
+				ring_buffer__consume(s->rb);
 			if (!s->ended) {
 				s->ended = 1;
 				s->exit_code = 0;
@@ -440,14 +453,14 @@ static void write_stats(struct session *s)
 	const struct evmbpf_bpf__bss *b = s->skel ? s->skel->bss : NULL;
 	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
-		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"maxrss_kb\": %ld}\n",
+		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
 		(unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
 		(unsigned long long)(b ? b->dropped_records : 0),
 		(unsigned long long)(b ? b->dropped_bytes : 0),
 		(unsigned long long)(b ? b->truncated_records : 0),
 		(unsigned long long)(b ? b->read_faults : 0),
 		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
-		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, ru.ru_maxrss);
+		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
 	fclose(f);
 }
 

@@ -88,7 +88,10 @@ void buf_put(struct buf *b, const char *s, size_t n)
 
 void buf_putc(struct buf *b, char c)
 {
-	buf_put(b, &c, 1);
+	if (b->len + 2 > b->cap)
+		buf_grow(b, 1);
+	b->data[b->len++] = c;
+	b->data[b->len] = 0;
 }
 
 void buf_puts(struct buf *b, const char *s)
@@ -99,11 +102,17 @@ void buf_puts(struct buf *b, const char *s)
 void buf_printf(struct buf *b, const char *fmt, ...)
 {
 	va_list ap;
+	if (b->cap - b->len < 64)
+		buf_grow(b, 64);
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
 	va_end(ap);
 	if (n < 0)
 		return;
+	if ((size_t)n < b->cap - b->len) { /* it fitted: formatted once */
+		b->len += (size_t)n;
+		return;
+	}
 	buf_grow(b, (size_t)n);
 	va_start(ap, fmt);
 	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);

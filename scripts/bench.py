@@ -122,14 +122,15 @@ def wait_for_text(path, pattern, proc, timeout):
     return False
 
 
-def trace_tail_events(path):
-    """The `dropped` events among the last lines of a trace."""
+def trace_tail_events(path, whole=False):
+    """The ring buffer's `dropped` events among the last lines of a trace (whole: all)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, 2)
             size = f.tell()
-            f.seek(max(0, size - 65536))
-            lines = f.read().decode(errors="replace").splitlines()[1:]
+            start = 0 if whole else max(0, size - 65536)
+            f.seek(start)
+            lines = f.read().decode(errors="replace").splitlines()[1 if start else 0:]
     except OSError:
         return None
     dropped = []
@@ -143,7 +144,7 @@ def trace_tail_events(path):
 
 
 def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=None,
-            sample_rss=False):
+            sample_rss=False, scan_trace=False):
     iters, warmup = ITERS[wl]
     if opts.iters:
         iters = opts.iters
@@ -234,7 +235,7 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
             except (OSError, ValueError):
                 res["stats"] = None
             if mode != "floor":
-                res["trace_dropped"] = trace_tail_events(trace)
+                res["trace_dropped"] = trace_tail_events(trace, whole=scan_trace)
                 res["trace_bytes"] = os.path.getsize(trace) if os.path.exists(trace) else 0
     finally:
         for p in (work, tracer):
@@ -392,17 +393,19 @@ def drop_check(tmp, opts):
     """Lose records on purpose; the trace must count them."""
     log("drop check: collector stopped 1.5 s, 1 MiB ring buffer")
     r = run_one("small", "evmbpf", tmp, opts, stop_collector=(0.3, 1.5), ringbuf_mb=1,
-                duration=3)
+                duration=3, scan_trace=True)
     st = r.get("stats") or {}
     ev = st.get("events")
     calls = None
     dropped_bpf = st.get("dropped_records")
     in_trace = sum(e.get("count", 0) for e in (r.get("trace_dropped") or []))
     d = {"dropped_records": dropped_bpf, "trace_dropped_count": in_trace,
+         "trace_dropped_events": len(r.get("trace_dropped") or []),
          "events": ev, "records": st.get("records"),
          "consistent": dropped_bpf == in_trace}
-    print(f"drop check: BPF counted {dropped_bpf} dropped records, the trace says "
-          f"{in_trace}: {'consistent' if d['consistent'] else 'MISMATCH'}")
+    print(f"drop check: BPF counted {dropped_bpf} dropped records, the trace's "
+          f"{d['trace_dropped_events']} `dropped` events say {in_trace}: "
+          f"{'consistent' if d['consistent'] else 'MISMATCH'}")
     return d
 
 

@@ -657,7 +657,8 @@ def test_ring_buffer_overload(evmbpf, tmp_path):
     assert r.returncode == 0, r.stderr
     events, _ = read_jsonl(out)
     dropped = [e for e in events if e["event"] == "dropped"]
-    assert len(dropped) == 1 and dropped[0]["count"] > 0 and dropped[0]["where"] == "ring buffer"
+    # where they were lost (one event per collector pass that saw drops), and at the end
+    assert dropped and all(d["count"] > 0 and d["where"] == "ring buffer" for d in dropped)
     assert "records were dropped" in r.stderr
     forwards = int(re.search(r"forwards (\d+)", r.stderr).group(1))
     # recovery: the last 100 forwards are whole
@@ -669,7 +670,7 @@ def test_ring_buffer_overload(evmbpf, tmp_path):
     assert all(len(by_forward[f]) == 2 * MODULES_PER_FORWARD for f in last)
     assert not [e for e in events if e.get("orphan") and e["forward"] in last]
     traced = len([e for e in events if e["event"] == "forward"])
-    print(f"\noverload: {dropped[0]['count']} records dropped and counted; {traced} of "
+    print(f"\noverload: {sum(d['count'] for d in dropped)} records dropped and counted; {traced} of "
           f"{forwards} forwards seen; the last 100 forwards whole")
 
 

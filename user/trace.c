@@ -859,10 +859,12 @@ void trace_finish(struct trace *t, int exit_code)
 
 void trace_set_dropped(struct trace *t, uint64_t dropped)
 {
+	static int warned; /* called as drops are seen: where they happened, and at the end */
 	if (!dropped)
 		return;
-	warnx_("warning: %llu records were dropped (the ring buffer was full); the trace "
-	       "says so in a `dropped` event", (unsigned long long)dropped);
+	if (!warned++)
+		warnx_("warning: records were dropped (the ring buffer was full); the trace says "
+		       "how many and where in `dropped` events");
 	struct buf b = {0};
 	buf_printf(&b, "{\"event\": \"dropped\", \"count\": %llu, \"where\": \"ring buffer\"",
 		   (unsigned long long)dropped);

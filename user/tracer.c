@@ -67,6 +67,7 @@ struct session {
 	struct trace trace;
 	struct evmbpf_bpf *skel;
 	struct floor_bpf *floor;   /* --probe-floor instead of skel */
+	uint64_t dropped_reported; /* drops already written to the trace */
 	struct ring_buffer *rb;
 	struct bpf_link *links[8];
 	int nlinks;
@@ -405,6 +406,12 @@ static void collect(struct session *s, pid_t child)
 		int n = s->rb ? ring_buffer__poll(s->rb, 100) : (usleep(100000), 0);
 		if (n >= 0 && s->rb) /* records that asked for no wakeup */
 			n = ring_buffer__consume(s->rb);
+		if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
+			/* where they were lost: after the records read so far */
+			uint64_t d = s->skel->bss->dropped_records;
+			trace_set_dropped(&s->trace, d - s->dropped_reported);
+			s->dropped_reported = d;
+		}
 		if (stall_ms > 0 && s->trace.records > 0) {
 			usleep((useconds_t)stall_ms * 1000);
 			stall_ms = 0;
@@ -477,7 +484,9 @@ static int finish(struct session *s)
 	if (s->rb)
 		ring_buffer__consume(s->rb);
 	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
-	trace_set_dropped(&s->trace, dropped);
+	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
+	if (dropped)
+		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
 	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 	int rc = trace_close(&s->trace);
 	if (verbose && s->skel)

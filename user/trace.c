@@ -931,6 +931,9 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 		close(fd);
 		return -1;
 	}
+	/* a streaming trace is written in big pieces: fewer write(2)s for the collector
+	 * (the loop flushes every pass anyway) */
+	setvbuf(t->out, NULL, _IOFBF, 1 << 20);
 	return 0;
 }
 

@@ -156,7 +156,7 @@ def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
     would see them), and the next forwards are whole."""
     workload = os.path.join(OWN_WORKLOADS, "midforward.py")
     flag = tmp_path / "paused"
-    env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_PAUSE="3")
+    env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_PAUSE="8")
     target = subprocess.Popen([HOST_PYTHON, os.path.join(REFERENCE, "run_workload.py"), workload],
                               env=env)
     deadline = time.monotonic() + 60

@@ -498,6 +498,26 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 		n->items = 0;
 }
 
+/* Where a dict keys object's entries start, their size, and the key's offset in one
+ * (the value follows the key). 3.9/3.10: {hash, key, value} after dk_size indices;
+ * 3.11+: after 1 << dk_log2_index_bytes bytes of indices, {key, value} when dk_kind != 0. */
+static __always_inline __u64 dict_entries(__u64 keys, __u8 *esize, __u8 *koff)
+{
+	if (pyo.dk_size) {
+		__u64 size = rd64(keys + pyo.dk_size);
+		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+		*esize = 24;
+		*koff = 8;
+		return keys + pyo.dk_indices + size * ib;
+	}
+	__u8 log2_index = 0, dkind = 0;
+	bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
+	bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+	*esize = dkind ? 16 : 24;
+	*koff = dkind ? 0 : 8;
+	return keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+}
+
 /* A dict: the node, then a cursor over its entries (combined tables only). */
 static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
 {
@@ -515,22 +535,8 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 	commit(s, n, sizeof(*n));
 	if (!items)
 		return;
-	__u64 entries;
 	__u8 esize, koff;
-	if (pyo.dk_size) { /* 3.9/3.10: {hash, key, value} after dk_size indices */
-		__u64 size = rd64(keys + pyo.dk_size);
-		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
-		entries = keys + pyo.dk_indices + size * ib;
-		esize = 24;
-		koff = 8;
-	} else {
-		__u8 log2_index = 0, dkind = 0;
-		bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
-		bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
-		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
-		esize = dkind ? 16 : 24;
-		koff = dkind ? 0 : 8;
-	}
+	__u64 entries = dict_entries(keys, &esize, &koff);
 	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
 	if (!w) {
 		n->items = 0;
@@ -594,22 +600,9 @@ static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len)
 static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
 {
 	__u64 nentries = rd64(keys + pyo.dk_nentries);
-	__u64 entries;
-	__u32 esize, koff;
-	if (pyo.dk_size) {
-		__u64 size = rd64(keys + pyo.dk_size);
-		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
-		entries = keys + pyo.dk_indices + size * ib;
-		esize = 24;
-		koff = 8;
-	} else {
-		__u8 log2_index = 0, dkind = 0;
-		bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
-		bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
-		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
-		esize = dkind ? 16 : 24;
-		koff = dkind ? 0 : 8;
-	}
+	__u8 esize8, koff8;
+	__u64 entries = dict_entries(keys, &esize8, &koff8);
+	__u32 esize = esize8, koff = koff8;
 	for (__u32 i = 0; i < ATTR_SCAN; i++) {
 		if (i >= nentries)
 			break;

@@ -77,6 +77,9 @@ def open_stack(events):
     return stacks
 
 
+PROBE_RELEASE_GRACE_S = 5
+
+
 def perf_links(pid):
     out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
     return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
@@ -127,14 +130,22 @@ class Tracer:
         assert self.links, "no perf links were seen while attached"
         kinds = {p["fd_type"] for p in self.links}
         assert {"uprobe", "uretprobe", "raw_tracepoint"} <= kinds, kinds
-        listed = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True,
-                                text=True).stdout
-        left = [p for p in json.loads(listed or "[]")
-                if f"/proc/{self.pid_target}/" in p.get("filename", "")
-                or p.get("pid") == self.proc.pid]
+        # The kernel frees a closed link's program after an RCU grace period
+        # (raw tracepoint links defer the free on 6.x), so a program may still be
+        # listed for a moment after evmbpf has exited. A leak stays: poll, then judge.
+        deadline = time.monotonic() + PROBE_RELEASE_GRACE_S
+        while True:
+            listed = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True,
+                                    text=True).stdout
+            left = [p for p in json.loads(listed or "[]")
+                    if f"/proc/{self.pid_target}/" in p.get("filename", "")
+                    or p.get("pid") == self.proc.pid]
+            alive = [p for p in self.progs if prog_alive(p)]
+            if not (left or alive) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert not left, f"perf links left on the target: {left}"
-        alive = [p for p in self.progs if prog_alive(p)]
-        assert not alive, f"BPF programs still loaded: {alive}"
+        assert not alive, f"BPF programs still loaded {PROBE_RELEASE_GRACE_S} s after exit: {alive}"
         if self.address and os.path.exists(f"/proc/{self.pid_target}/mem"):
             try:
                 first = probe_bytes(self.pid_target, self.address)

@@ -29,6 +29,18 @@ __u64 read_faults = 0;
 /* Stop the target (SIGSTOP) at the next module call, so that user space can read the
  * model's module tree before it can change or be freed; user space sends SIGCONT. */
 __u32 hold_next = 0;
+/* --phase rules: stop the target (SIGSTOP) when the frames under an outermost call hold
+ * code objects user space has not named yet, so that it names them (and, on 3.9/3.10,
+ * finds their classes) while they exist: a short job could be gone by the time the
+ * collector reads its records. Once per code object; user space sends SIGCONT. */
+__u32 hold_codes = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, __u8);
+} known_codes SEC(".maps");
 /* Index + 1 of the tensor layout that last matched: tried first. */
 __u32 layout_hint = 0;
 /* Wake the collector only once this much is waiting in the ring buffer (0: every
@@ -1174,23 +1186,61 @@ struct {
 	__type(value, struct rec_stack);
 } stack_scratch SEC(".maps");
 
-/* The code objects (and first locals) of the Python frames under this call. */
-static __always_inline void report_stack(void)
+/* The running thread's innermost Python frame. 3.9-3.11 keep the current thread state
+ * in _PyRuntime; 3.12+ in a thread-local, so there it is the GIL's last holder: the
+ * probed thread is running Python code, so it holds the GIL. */
+static __always_inline __u64 current_frame(void)
+{
+	__u64 tstate;
+	if (pyo.rt_tstate_current) {
+		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
+	} else {
+		__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+		__u64 gil = interp ? rd64(interp + pyo.interp_gil) : 0;
+		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
+	}
+	if (!tstate)
+		return 0;
+	__u64 frame = rd64(tstate + pyo.tstate_frame);
+	if (pyo.tstate_cframe && frame)
+		frame = rd64(frame + pyo.cframe_frame);
+	return frame;
+}
+
+/* The code objects (and first locals) of the Python frames under this call. May hold
+ * the target (hold_codes) unless the caller holds it anyway. */
+static __always_inline void report_stack(int may_hold)
 {
 	__u32 zero = 0;
 	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!r || !cfg.tstate_current)
+	if (!r || !cfg.runtime)
 		return;
-	__u64 tstate = rd64(cfg.tstate_current);
-	__u64 frame = rd64(rd64(tstate + cfg.tstate_cframe) + cfg.cframe_frame);
+	__u64 frame = current_frame();
+	/* 3.9/3.10 frames are PyFrameObjects, 3.11+ _PyInterpreterFrames */
+	__u16 code_at = pyo.version <= 310 ? pyo.frameobj_code : pyo.iframe_code;
 	__u32 n = 0;
 	for (int i = 0; i < STACK_FRAMES_MAX; i++) {
 		if (!frame)
 			break;
-		r->code[i] = rd64(frame + pyo.iframe_code) & ~3ULL;
+		r->code[i] = rd64(frame + code_at) & ~3ULL;
 		r->first[i] = rd64(frame + pyo.iframe_localsplus) & ~3ULL;
 		frame = rd64(frame + pyo.frame_back);
 		n++;
+	}
+	r->flags = 0;
+	if (hold_codes && may_hold) {
+		__u8 one = 1;
+		for (int i = 0; i < STACK_FRAMES_MAX; i++) {
+			if (i >= n)
+				break;
+			__u64 code = r->code[i];
+			if (!code || bpf_map_lookup_elem(&known_codes, &code))
+				continue;
+			bpf_map_update_elem(&known_codes, &code, &one, BPF_ANY);
+			r->flags = REC_F_HELD;
+		}
+		if (r->flags)
+			bpf_send_signal(19 /* SIGSTOP */);
 	}
 	__u64 id = bpf_get_current_pid_tgid();
 	r->hdr.kind = REC_STACK;
@@ -1231,8 +1281,8 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
-	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.tstate_current))
-		report_stack();
+	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.runtime))
+		report_stack(!hold_next);
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)
 		return 0;

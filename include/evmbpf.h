@@ -171,7 +171,7 @@ struct rec_marker {
 struct rec_stack {
 	struct rec_hdr hdr;
 	__u32 n;
-	__u32 pad;
+	__u32 flags;     /* REC_F_HELD: stopped until user space has named new code objects */
 	__u64 code[STACK_FRAMES_MAX]; /* innermost first */
 	__u64 first[STACK_FRAMES_MAX]; /* each frame's first local (self, for a method) */
 };
@@ -242,11 +242,9 @@ struct target_config {
 	__s8 gen_state_created;
 	__u8 rules;         /* --phase rules given: report the frames under outermost calls */
 	__u8 pad2[2];
-	/* the running thread's frames (3.11): where the current PyThreadState is kept, and
-	 * the way from it to the current _PyInterpreterFrame */
-	__u64 tstate_current;
-	__u16 tstate_cframe, cframe_frame;
-	__u16 pad3[2];
+	/* the running thread's frames: _PyRuntime, from which the current PyThreadState is
+	 * found (struct py_offsets says how, per version); 0 when it is not known */
+	__u64 runtime;
 };
 
 #endif

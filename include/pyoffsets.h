@@ -58,6 +58,15 @@ struct py_offsets {
 	off16 frame_instr;      /* 3.9/3.10 PyFrameObject.f_lasti (int); 3.11/3.12 prev_instr, 3.13+ instr_ptr */
 	off16 stackref_tag_mask;/* 3.14+: tag bits of a _PyStackRef (f_executable, localsplus); 0 before */
 	off16 exc_context, exc_cause;
+	/* the running thread's frames */
+	off16 rt_tstate_current;/* 3.9-3.11: _PyRuntime.gilstate.tstate_current; 0 from 3.12 */
+	off16 interp_gil;       /* 3.12+: PyInterpreterState.ceval.gil (a pointer); 0 before */
+	off16 gil_last_holder;  /* 3.12+: _gil_runtime_state.last_holder; 0 before */
+	off16 rt_interp_main;   /* _PyRuntime.interpreters.main */
+	off16 tstate_frame;     /* 3.9/3.10 PyThreadState.frame, 3.11/3.12 .cframe, 3.13+ .current_frame */
+	off16 tstate_cframe;    /* 1 where tstate_frame is a _PyCFrame (3.11/3.12) */
+	off16 cframe_frame;     /* 3.11/3.12: _PyCFrame.current_frame */
+	off16 func_code;        /* PyFunctionObject.func_code: 3.9/3.10 name a method's class by it */
 };
 
 #ifndef __BPF__

@@ -406,6 +406,34 @@ if runtime:
     eq("interp head set", interp != 0, True)
     eq("interp_modules", ptr(interp + O["interp_modules"]), id(sys.modules))
     eq("interp_sysdict", ptr(interp + O["interp_sysdict"]), id(sys.__dict__))
+    eq("rt_interp_main", ptr(runtime + O["rt_interp_main"]), interp)
+
+    # the running thread's state and innermost frame, as the BPF side finds them
+    ctypes.pythonapi.PyThreadState_Get.restype = ctypes.c_void_p
+    tstate = ctypes.pythonapi.PyThreadState_Get()
+    if O["rt_tstate_current"]:
+        # read without releasing the GIL (os.pread would, and that clears it)
+        eq("gilstate.tstate_current",
+           ctypes.c_uint64.from_address(runtime + O["rt_tstate_current"]).value, tstate)
+    else:
+        gil = ptr(interp + O["interp_gil"])
+        eq("the GIL's last holder", ptr(gil + O["gil_last_holder"]), tstate)
+
+    def innermost():
+        me = sys._getframe()
+        cur = ptr(tstate + O["tstate_frame"])
+        if O["tstate_cframe"]:
+            cur = ptr(cur + O["cframe_frame"])
+        # read inside the helpers that read memory: this frame is a few frames out
+        want, seen = frame_view(me)[0], []
+        while cur and len(seen) < 8 and cur != want:
+            seen.append(cur)
+            cur = ptr(cur + O["frame_back"])
+        eq("this frame under the thread state's current frame", cur, want)
+
+    innermost()
+    f = lambda: None  # noqa: E731
+    eq("func_code", ptr(id(f) + O["func_code"]), id(f.__code__))
 
 if failures:
     for f in failures:

@@ -263,6 +263,35 @@ int main(void)
 #endif
 	F(exc_context, offsetof(PyBaseExceptionObject, context));
 	F(exc_cause, offsetof(PyBaseExceptionObject, cause));
+
+	/* The running thread's state and frames (--phase rules, the model of a mid-forward
+	 * attach). 3.9-3.11 keep the current thread state in _PyRuntime; 3.12+ keep it in a
+	 * thread-local, so the thread holding the GIL is read instead: the probed thread runs
+	 * Python code, so it is the GIL's last holder. */
+#if PYV <= 311
+	F(rt_tstate_current, offsetof(_PyRuntimeState, gilstate.tstate_current));
+	F(interp_gil, 0);
+	F(gil_last_holder, 0);
+#else
+	F(rt_tstate_current, 0);
+	F(interp_gil, offsetof(PyInterpreterState, ceval.gil));
+	F(gil_last_holder, offsetof(struct _gil_runtime_state, last_holder));
+#endif
+	F(rt_interp_main, offsetof(_PyRuntimeState, interpreters.main));
+#if PYV <= 310
+	F(tstate_frame, offsetof(PyThreadState, frame));
+	F(tstate_cframe, 0);
+	F(cframe_frame, 0);
+#elif PYV <= 312
+	F(tstate_frame, offsetof(PyThreadState, cframe));
+	F(tstate_cframe, 1);
+	F(cframe_frame, offsetof(_PyCFrame, current_frame));
+#else
+	F(tstate_frame, offsetof(PyThreadState, current_frame));
+	F(tstate_cframe, 0);
+	F(cframe_frame, 0);
+#endif
+	F(func_code, offsetof(PyFunctionObject, func_code));
 	printf("\t},\n");
 	return failed;
 }

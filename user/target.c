@@ -351,9 +351,6 @@ static void find_marker_support(struct target *t, struct elf_file *f)
 			t->gen_type = 0;
 			return;
 		}
-		uint64_t runtime;
-		if (t->minor == 11 && !runtime_symbol(t, f, "_PyRuntime", &runtime))
-			t->tstate_current = runtime + 576; /* gilstate.tstate_current */
 		t->gen_frame_state = gens[i].state;
 		t->gen_iframe = gens[i].iframe;
 		t->gen_state_created = gens[i].created;
@@ -447,6 +444,8 @@ int target_inspect(struct target *t, pid_t pid)
 	if (elf_file_symbol(f, "PyErr_Display", &v, NULL) || probe_offset(f, v, &t->err_display_off))
 		t->err_display_off = 0;
 	find_marker_support(t, f);
+	if (runtime_symbol(t, f, "_PyRuntime", &t->runtime))
+		t->runtime = 0;
 	target_find_torch(t);
 	rc = 0;
 out:

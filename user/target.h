@@ -29,7 +29,7 @@ struct target {
 	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
 	uint16_t gen_frame_state, gen_iframe;
 	int8_t gen_state_created;
-	uint64_t tstate_current;      /* 3.11: &_PyRuntime.gilstate.tstate_current */
+	uint64_t runtime;             /* &_PyRuntime: the running thread's frames start there */
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */

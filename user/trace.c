@@ -196,7 +196,32 @@ struct code_names {
 	char qualname[256];
 };
 
-static const struct code_names *code_names_of(struct trace *t, uint64_t code)
+/* 3.9/3.10 code objects have no co_qualname. A method's is rebuilt from the frame's
+ * first local: the class in type(first).__mro__ whose own __dict__ holds a function of
+ * this name with this code names it; any other function is named by co_name alone. */
+static void qualname_from_mro(struct trace *t, uint64_t code, uint64_t first, char *dst,
+			      size_t cap)
+{
+	const struct pyreader *r = &t->target->reader;
+	const struct py_offsets *o = t->target->off;
+	uint64_t type = first ? py_type(r, first) : 0;
+	uint64_t mro = type ? pm_u64(r, type + o->tp_mro, NULL) : 0;
+	int64_t n = mro ? (int64_t)pm_u64(r, mro + 16 /* ob_size */, NULL) : 0;
+	char name[120], cls[120];
+	snprintf(name, sizeof(name), "%s", dst);
+	for (int64_t i = 0; i < n && i < 64; i++) {
+		uint64_t k = pm_u64(r, mro + o->tuple_items + 8 * i, NULL);
+		uint64_t dict = k ? pm_u64(r, k + o->tp_dict, NULL) : 0;
+		uint64_t fn = dict ? py_dict_get_str(r, dict, name) : 0;
+		if (!fn || pm_u64(r, fn + o->func_code, NULL) != code)
+			continue;
+		if (py_str(r, pm_u64(r, k + o->ht_qualname, NULL), cls, sizeof(cls)) >= 0)
+			snprintf(dst, cap, "%s.%s", cls, name);
+		return;
+	}
+}
+
+static const struct code_names *code_names_of(struct trace *t, uint64_t code, uint64_t first)
 {
 	static struct code_names cache[1024];
 	struct code_names *c = &cache[(code >> 4) & 1023];
@@ -204,10 +229,14 @@ static const struct code_names *code_names_of(struct trace *t, uint64_t code)
 		return c;
 	const struct pyreader *r = &t->target->reader;
 	const struct py_offsets *o = t->target->off;
+	int bare = !o->co_qualname;
 	c->code = 0;
 	if (py_str(r, pm_u64(r, code + o->co_filename, NULL), c->filename, sizeof(c->filename)) < 0 ||
-	    py_str(r, pm_u64(r, code + o->co_qualname, NULL), c->qualname, sizeof(c->qualname)) < 0)
+	    py_str(r, pm_u64(r, code + (bare ? o->co_name : o->co_qualname), NULL), c->qualname,
+		   sizeof(c->qualname)) < 0)
 		return NULL;
+	if (bare)
+		qualname_from_mro(t, code, first, c->qualname, sizeof(c->qualname));
 	c->code = code;
 	return c;
 }
@@ -217,7 +246,7 @@ static const struct code_names *code_names_of(struct trace *t, uint64_t code)
 static const char *rule_phase(struct trace *t, const struct thread_stack *s)
 {
 	for (uint32_t i = 0; i < s->ncodes; i++) {
-		const struct code_names *c = code_names_of(t, s->codes[i]);
+		const struct code_names *c = code_names_of(t, s->codes[i], s->firsts[i]);
 		if (!c)
 			continue;
 		for (size_t k = 0; k < t->opts.nrules; k++) {
@@ -236,6 +265,10 @@ static void on_stack(struct trace *t, const struct rec_stack *r)
 	s->ncodes = r->n < STACK_FRAMES_MAX ? r->n : STACK_FRAMES_MAX;
 	memcpy(s->codes, r->code, s->ncodes * sizeof(s->codes[0]));
 	memcpy(s->firsts, r->first, s->ncodes * sizeof(s->firsts[0]));
+	/* Name them now, while the target may be held for it (struct rec_stack): the
+	 * names are cached, the target may be gone by the rule's turn. */
+	for (uint32_t i = 0; i < s->ncodes; i++)
+		code_names_of(t, s->codes[i], s->firsts[i]);
 }
 
 /* Attached in the middle of a forward, the first call seen is not the model's: the
@@ -246,7 +279,7 @@ static uint64_t enclosing_model(struct trace *t, const struct thread_stack *s)
 	static const char *const calls[] = { "Module._call_impl", "Module._wrapped_call_impl" };
 	static const char suffix[] = "torch/nn/modules/module.py";
 	for (uint32_t i = s->ncodes; i-- > 0;) {
-		const struct code_names *c = code_names_of(t, s->codes[i]);
+		const struct code_names *c = code_names_of(t, s->codes[i], s->firsts[i]);
 		size_t n = c ? strlen(c->filename) : 0;
 		if (!c || n < sizeof(suffix) - 1 || strcmp(c->filename + n - (sizeof(suffix) - 1), suffix))
 			continue;

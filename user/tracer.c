@@ -136,13 +136,15 @@ static int on_record(void *ctx, void *data, size_t size)
 		return 0;
 	}
 	trace_record(&s->trace, data, size);
-	if (h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
-	    (((const struct rec_call *)data)->flags & REC_F_HELD)) {
+	if ((h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
+	     (((const struct rec_call *)data)->flags & REC_F_HELD)) ||
+	    (h->kind == REC_STACK && size >= sizeof(struct rec_stack) &&
+	     (((const struct rec_stack *)data)->flags & REC_F_HELD))) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
-		kill(s->target.pid, SIGCONT); /* the model is read: let it go on */
-		watchdog_pending(0);
+		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
+		watchdog_pending(s->skel->bss->hold_codes); /* rules may hold it again */
 	}
 	return 0;
 }
@@ -216,18 +218,15 @@ static int load_and_attach(struct session *s)
 	skel->rodata->cfg.gen_iframe = t->gen_iframe;
 	skel->rodata->cfg.gen_state_created = t->gen_state_created;
 	if (s->opts->trace.nrules) {
-		if (!t->tstate_current) {
-			warnx_("--phase rules need the running thread's frames, which evmbpf reads on "
-			       "CPython 3.11 only (this is %d.%d); use the host's phase() markers",
-			       t->major, t->minor);
+		if (!t->runtime) {
+			warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
+			       "symbol to find them from; use the host's phase() markers", t->py_path);
 			return -1;
 		}
 		skel->rodata->cfg.rules = 1;
 	}
 	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
-	skel->rodata->cfg.tstate_current = t->tstate_current;
-	skel->rodata->cfg.tstate_cframe = 56;  /* 3.11: PyThreadState.cframe */
-	skel->rodata->cfg.cframe_frame = 8;    /* _PyCFrame.current_frame */
+	skel->rodata->cfg.runtime = t->runtime;
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
 	if (getenv("EVMBPF_TEST_WRONG_LAYOUTS")) {
 		/* Test only (tests/test_matrix.py): every offset of every known layout 8 bytes
@@ -256,6 +255,7 @@ static int load_and_attach(struct session *s)
 	}
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
+	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
 		watchdog_pending(1);
 	struct bpf_link *l;

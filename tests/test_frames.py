@@ -1,0 +1,139 @@
+"""The running thread's Python frames on every CPython 3.9-3.14: --phase rules and the
+model of a mid-forward attach, in each cell of the matrix that has them.
+
+evmbpf reads the frames under a module call from the thread state (3.9-3.11: the
+runtime's current thread state; 3.12+: the GIL's last holder), through per-version
+offsets (user/pyoffsets.c). 3.9/3.10 code objects carry no qualified name, so a method's
+class is found from its first local's type: `Harness.score` below is only reachable
+that way, being called on a subclass."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, chroot_ensure, chroot_target,
+                            compare_traces, load, pyenv_target)
+
+pytestmark = pytest.mark.root
+
+RULES = ["--phase", "model_forward=rules_any:Harness.score", "--phase", "generate=*:generate_*"]
+# (cell, python): pyenv CPythons run the stand-in torch, chroots Debian's torch.
+CELLS = [("pyenv", "3.9"), ("pyenv", "3.10"), ("pyenv", "3.12"), ("pyenv", "3.13"),
+         ("chroot", "bullseye"), ("chroot", "trixie"), ("chroot", "sid")]
+
+
+def target_of(kind, name, outdir):
+    if kind == "pyenv":
+        target = pyenv_target(name)
+        if not target:
+            pytest.skip(f"no pyenv CPython {name}")
+    else:
+        error = chroot_ensure(name)
+        if error:
+            pytest.fail(f"cannot build the {name} chroot: {error}")
+        target = chroot_target(name)
+    return target.with_outdir(outdir)
+
+
+@pytest.mark.parametrize("kind,name", CELLS, ids=[f"{k}-{n}" for k, n in CELLS])
+def test_rules_name_phases_on_every_version(evmbpf, kind, name, tmp_path):
+    """The host marks its phases (reference) or not (evmbpf, with rules): same trace."""
+    target = target_of(kind, name, tmp_path)
+    workload = os.path.join(OWN_WORKLOADS, "rules_any.py")
+    ref = str(tmp_path / "ref.jsonl")
+    marked = target.env, dict(target.env or os.environ, PHASES_BY_MARKERS="1")
+    target.env = marked[1]
+    result = target.reference(workload, ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    target.env = marked[0]
+    got = str(tmp_path / "got.jsonl")
+    result = target.launch(workload, got, evmbpf_args=RULES)
+    assert result.returncode == 0, result.stderr
+    events = load(got)
+    assert [e["phase"] for e in events if e["event"] == "forward"] == [
+        "other", "model_forward", "model_forward", "generate"], result.stderr
+    compare_traces(load(ref), events, kwargs=target.kwargs)
+
+
+def python_under(root_pid, needle):
+    """The pid of the process under root_pid (itself included) running `needle`."""
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/comm") as handle:
+                comm = handle.read().strip()
+            if comm.startswith("python") and any(needle.encode() in a for a in argv):
+                return pid
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo += [int(x) for x in handle.read().split()]
+        except OSError:
+            continue
+    return None
+
+
+MID_CELLS = [("pyenv", "3.9"), ("pyenv", "3.12"), ("pyenv", "3.13"), ("chroot", "sid")]
+
+
+@pytest.mark.parametrize("kind,name", MID_CELLS, ids=[f"{k}-{n}" for k, n in MID_CELLS])
+def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
+    """Attached while the model's second layer runs: the rest of that forward is written
+    under the model's own names (forward 0, depth from the attach), then whole forwards
+    equal to the reference's."""
+    target = target_of(kind, name, tmp_path)
+    workload = os.path.join(OWN_WORKLOADS, "midforward_any.py")
+    ref = str(tmp_path / "ref.jsonl")
+    plain_env = target.env
+    target.env = dict(plain_env or os.environ, MIDFORWARD_PAUSE="0")
+    assert target.reference(workload, ref).returncode == 0
+    flag = tmp_path / "paused"
+    target.env = dict(plain_env or os.environ, MIDFORWARD_FLAG=target.guest(str(flag)),
+                      MIDFORWARD_PAUSE="6")
+    proc = subprocess.Popen(target.cmd(workload), env=target.env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the workload never paused"
+            time.sleep(0.02)
+        pid = python_under(proc.pid, "midforward_any.py")
+        assert pid, "no Python process running the workload"
+        out = str(tmp_path / "got.jsonl")
+        tracer = subprocess.run([EVMBPF, "-v", "--pid", str(pid), "--out", out],
+                                capture_output=True, text=True, timeout=180)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert tracer.returncode == 0, tracer.stderr
+    assert "attached in the middle of a forward" in tracer.stderr, tracer.stderr
+    events = [e for e in load(out) if e["event"] != "header"]
+    first = [(e["event"], e["module"], e["depth"], e["forward"]) for e in events[:6]]
+    assert first == [("enter", "layers.2", 0, 0), ("exit", "layers.2", 0, 0),
+                     ("enter", "layers.3", 0, 0), ("exit", "layers.3", 0, 0),
+                     ("enter", "head", 0, 0), ("exit", "head", 0, 0)], tracer.stderr
+    whole = [dict(e, call=None) for e in load(ref)
+             if e.get("forward", 0) >= 2 and e["event"] != "header"]
+    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[6:]]
+    assert whole and len(whole) == len(ours)
+    compare_traces(whole, ours, kwargs=target.kwargs)
+
+
+OFFSET_CELLS = [("pyenv", v) for v in ("3.9", "3.10", "3.11", "3.12", "3.13")] + \
+    [("chroot", c) for c in ("bullseye", "trixie", "sid")]
+
+
+@pytest.mark.parametrize("kind,name", OFFSET_CELLS, ids=[f"{k}-{n}" for k, n in OFFSET_CELLS])
+def test_offset_table_matches_live_interpreter(kind, name, tmp_path):
+    """user/pyoffsets.c against a live interpreter of each version
+    (scripts/check-pyoffsets.py: objects, frames, the thread state, the GIL's holder)."""
+    target = target_of(kind, name, tmp_path)
+    script = os.path.join(os.path.dirname(OWN_WORKLOADS), "..", "scripts", "check-pyoffsets.py")
+    result = subprocess.run([*target.prefix, target.python, target.guest(os.path.realpath(script))],
+                            capture_output=True, text=True, env=target.env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "checks passed" in result.stdout

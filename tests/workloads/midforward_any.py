@@ -1,0 +1,44 @@
+"""midforward.py for any torch, the stand-in too: a forward that pauses in its second
+layer the first time, so that a tracer can attach in the middle of it. Set
+MIDFORWARD_FLAG to a path: it is created when the pause begins (MIDFORWARD_PAUSE
+seconds, 3 by default). nn.Module, nn.ModuleList and nn.Identity only, called with ints."""
+import os
+import time
+
+from torch import nn
+
+
+class Pause(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.paused = False
+
+    def forward(self, x):
+        if not self.paused:
+            self.paused = True
+            flag = os.environ.get("MIDFORWARD_FLAG")
+            if flag:
+                open(flag, "w").close()
+            time.sleep(float(os.environ.get("MIDFORWARD_PAUSE", "3")))
+        return x
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Identity(), Pause(), nn.Identity(), nn.Identity()])
+        self.head = nn.Identity()
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def build():
+    return Model()
+
+
+def run(model):
+    for i in range(3):
+        model(i)

@@ -1100,16 +1100,16 @@ static __always_inline int instance_values(__u64 obj, __u64 out[4])
 	return bpf_probe_read_user(out, 4 * 8, (void *)(block + pyo.dictvalues_values)) ? -1 : 0;
 }
 
-SEC("uprobe")
-int BPF_KPROBE(marker_enter, void *mgr, void *attr)
+/* A `with` statement looks up `mgr.__enter__`: is mgr a phase marker? */
+static __always_inline int marker_seen(__u64 mgr, __u64 attr)
 {
-	__u64 type = rd64((__u64)mgr + 8);
+	__u64 type = rd64(mgr + 8);
 	if (!type || classify_type(type) != T_GENCM)
 		return 0;
-	if (!name_is((__u64)attr + pyo.str_ascii_data, "__enter__", 10))
+	if (!name_is(attr + pyo.str_ascii_data, "__enter__", 10))
 		return 0;
 	__u64 cand[4] = {};
-	if (instance_values((__u64)mgr, cand))
+	if (instance_values(mgr, cand))
 		return 0;
 	__u64 gen = 0;
 	for (int i = 0; i < 4; i++) {
@@ -1167,6 +1167,22 @@ int BPF_KPROBE(marker_enter, void *mgr, void *attr)
 									     : pyo.str_compact_data)));
 	bpf_ringbuf_submit(r, 0);
 	return 0;
+}
+
+/* 3.11-3.13: _PyObject_LookupSpecial(self, attr) */
+SEC("uprobe")
+int BPF_KPROBE(marker_enter, void *mgr, void *attr)
+{
+	return marker_seen((__u64)mgr, (__u64)attr);
+}
+
+/* 3.14: _PyObject_LookupSpecialMethod(attr, method_and_self), self a _PyStackRef in
+ * method_and_self[1] (LOAD_SPECIAL) */
+SEC("uprobe")
+int BPF_KPROBE(marker_enter_stackref, void *attr, void *method_and_self)
+{
+	__u64 mgr = rd64((__u64)method_and_self + 8) & ~(__u64)pyo.stackref_tag_mask;
+	return mgr ? marker_seen(mgr, (__u64)attr) : 0;
 }
 
 /* ---------------------------------------------------------------- --phase rules */

@@ -292,6 +292,16 @@ int main(void)
 	F(cframe_frame, 0);
 #endif
 	F(func_code, offsetof(PyFunctionObject, func_code));
+	/* a generator's state and frame (phase markers are @contextmanager generators) */
+#if PYV >= 311
+	F(gen_frame_state, offsetof(PyGenObject, gi_frame_state));
+	F(gen_iframe, offsetof(PyGenObject, gi_iframe));
+	S(frame_created, FRAME_CREATED);
+#else
+	F(gen_frame_state, 0);
+	F(gen_iframe, 0);
+	S(frame_created, 0);
+#endif
 	printf("\t},\n");
 	return failed;
 }

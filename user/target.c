@@ -336,25 +336,23 @@ int target_is_python(pid_t pid)
  * followed through their generator's state: its layout per version. */
 static void find_marker_support(struct target *t, struct elf_file *f)
 {
-	static const struct { int minor; uint16_t state, iframe; int8_t created; } gens[] = {
-		{ 11, 75, 80, -2 },
-		{ 12, 67, 72, -2 },
-		{ 13, 67, 72, -3 },
-	};
 	uint64_t v;
-	for (size_t i = 0; i < sizeof(gens) / sizeof(gens[0]); i++) {
-		if (gens[i].minor != t->minor)
-			continue;
-		if (runtime_symbol(t, f, "PyGen_Type", &t->gen_type) ||
-		    elf_file_symbol(f, "_PyObject_LookupSpecial", &v, NULL) ||
-		    probe_offset(f, v, &t->lookup_special_off)) {
-			t->gen_type = 0;
-			return;
-		}
-		t->gen_frame_state = gens[i].state;
-		t->gen_iframe = gens[i].iframe;
-		t->gen_state_created = gens[i].created;
+	/* 3.9/3.10 hand _PyObject_LookupSpecial an identifier, and keep a generator's
+	 * state in its frame object: not followed */
+	if (!t->off->gen_frame_state)
+		return;
+	/* 3.14's LOAD_SPECIAL looks special methods up through another function */
+	t->lookup_special_stackref = t->minor >= 14;
+	if (runtime_symbol(t, f, "PyGen_Type", &t->gen_type) ||
+	    elf_file_symbol(f, t->lookup_special_stackref ? "_PyObject_LookupSpecialMethod"
+							   : "_PyObject_LookupSpecial", &v, NULL) ||
+	    probe_offset(f, v, &t->lookup_special_off)) {
+		t->gen_type = 0;
+		return;
 	}
+	t->gen_frame_state = t->off->gen_frame_state;
+	t->gen_iframe = t->off->gen_iframe;
+	t->gen_state_created = (int8_t)t->off->frame_created;
 }
 
 int target_inspect(struct target *t, pid_t pid)

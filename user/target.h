@@ -26,6 +26,7 @@ struct target {
 	uint64_t slot_tp_call_off;    /* + 4 past an endbr64 */
 	uint64_t err_display_off;
 	uint64_t lookup_special_off;  /* _PyObject_LookupSpecial: `with` statements (phase markers) */
+	int lookup_special_stackref;  /* 3.14+: _PyObject_LookupSpecialMethod(attr, method_and_self) */
 	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
 	uint16_t gen_frame_state, gen_iframe;
 	int8_t gen_state_created;

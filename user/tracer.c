@@ -276,8 +276,11 @@ static int load_and_attach(struct session *s)
 			s->links[s->nlinks++] = l;
 	}
 	if (t->gen_type) {
-		l = attach_uprobe(skel->progs.marker_enter, 0, t->pid, t->py_open,
-				  t->lookup_special_off, "_PyObject_LookupSpecial");
+		l = attach_uprobe(t->lookup_special_stackref ? skel->progs.marker_enter_stackref
+							     : skel->progs.marker_enter,
+				  0, t->pid, t->py_open, t->lookup_special_off,
+				  t->lookup_special_stackref ? "_PyObject_LookupSpecialMethod"
+							     : "_PyObject_LookupSpecial");
 		if (l)
 			s->links[s->nlinks++] = l;
 	} else {

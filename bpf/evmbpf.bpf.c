@@ -34,6 +34,9 @@ __u32 hold_next = 0;
  * finds their classes) while they exist: a short job could be gone by the time the
  * collector reads its records. Once per code object; user space sends SIGCONT. */
 __u32 hold_codes = 0;
+/* The target's exit status (wait(2) encoding), once its last thread has exited. */
+__s32 group_exit_code = 0;
+__u32 group_exited = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -1512,6 +1515,11 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 {
 	if (!cfg.tgid || p->tgid != cfg.tgid)
 		return 0;
+	if (group_dead) {
+		/* kept here too: the record can be dropped when the ring buffer is full */
+		group_exit_code = p->exit_code;
+		group_exited = 1;
+	}
 	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		__sync_fetch_and_add(&dropped_records, 1);

@@ -226,6 +226,9 @@ def check_killed_trace(events, full, signame):
     for index, (a, b) in enumerate(zip(full_body, prefix)):
         assert key(a) == key(b), f"event {index} differs:\nfull   {a}\nkilled {b}"
     assert error["exc_type"] == signame, error
+    # the error and the unwound frames happened at the exit: after every module event
+    last_ts = max(e["ts_ns"] for e in prefix if "ts_ns" in e)
+    assert all(e["ts_ns"] >= last_ts for e in [error, *unwound]), (last_ts, error)
     stacks = open_stack(prefix)
     frames = [f for stack in stacks.values() for f in stack]
     assert [(e["module"], e["call"]) for e in unwound] == frames
@@ -683,6 +686,28 @@ def test_ring_buffer_overload(evmbpf, tmp_path):
     traced = len([e for e in events if e["event"] == "forward"])
     print(f"\noverload: {sum(d['count'] for d in dropped)} records dropped and counted; {traced} of "
           f"{forwards} forwards seen; the last 100 forwards whole")
+
+
+def test_exit_record_dropped_still_names_the_signal(server, tmp_path):
+    """--pid: evmbpf is not the target's parent and cannot wait for it; its exit status
+    comes in a ring buffer record, which a full ring can drop (a small record usually
+    still fits, so the loss is forced: EVMBPF_TEST_LOSE_EXIT, tests only). The trace
+    must still end with the signal's error, from the status the BPF side keeps."""
+    out = str(tmp_path / "t.jsonl")
+    pid, go, _ = server.fork(FULL_FORWARDS, ROWS)
+    tracer = Tracer(pid, out, env=dict(os.environ, EVMBPF_TEST_LOSE_EXIT="1"))
+    open(go, "w").close()
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    status = server.reap(pid)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert tracer.wait() == 0, tracer.err
+    tracer.assert_probes_gone()
+    assert "no exit record came" in tracer.err, tracer.err
+    events, _ = read_jsonl(out)
+    errors = [e for e in events if e["event"] == "error"]
+    assert errors and errors[-1]["exc_type"] == "SIGKILL", events[-5:]
+    assert events[-1]["event"] == "unwound" and events[-1]["reason"] == "process exited"
 
 
 # ---------------------------------------------------------------- hostile input

@@ -56,7 +56,7 @@ static void finish_event(struct trace *t, struct buf *ev, uint32_t tid, uint64_t
 		buf_puts(ev, ", \"tid\": ");
 		jw_int(ev, tid);
 		buf_puts(ev, ", \"ts_ns\": ");
-		jw_int(ev, (int64_t)(ts + t->boot_to_realtime_ns));
+		jw_int(ev, (int64_t)((ts ? ts : t->now_ns) + t->boot_to_realtime_ns));
 	}
 	buf_putc(ev, '}');
 	write_line(t, ev);
@@ -599,6 +599,8 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	if (size < sizeof(*h) || h->size > size)
 		return;
 	t->records++;
+	if (h->ts_ns > t->now_ns)
+		t->now_ns = h->ts_ns;
 	switch (h->kind) {
 	case REC_ENTER:
 		if (size < sizeof(struct rec_call))
@@ -854,6 +856,11 @@ void trace_finish(struct trace *t, int exit_code)
 	if (t->ended)
 		return;
 	t->ended = 1;
+	/* what follows happened at the target's exit, or now (evmbpf detaches) */
+	struct timespec mono;
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	uint64_t now = (uint64_t)mono.tv_sec * 1000000000ULL + (uint64_t)mono.tv_nsec;
+	t->now_ns = t->end_ns ? t->end_ns : now;
 	write_header(t);
 	if (exit_code >= 0 && (exit_code & 0x7f) && (exit_code & 0x7f) != 0x7f) {
 		int sig = exit_code & 0x7f;
@@ -867,6 +874,7 @@ void trace_finish(struct trace *t, int exit_code)
 	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {
 		const struct rec_exception *e = t->last_exc;
 		const char *type = exc_short_name(e->type_name);
+		t->now_ns = e->hdr.ts_ns; /* when it reached the top */
 		char text[EXC_MSG_MAX * 4 + 4];
 		exc_message_utf8(e, text, sizeof(text));
 		char msg[sizeof(text) + 4];

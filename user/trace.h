@@ -84,6 +84,9 @@ struct trace {
 	int write_failed;
 	uint64_t records, events, unknown_modules;
 	uint64_t boot_to_realtime_ns;    /* add to bpf_ktime_get_ns for wall-clock ns */
+	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
+	                                  * of events it causes (unwound frames, errors) */
+	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 };
 
 int trace_open(struct trace *t, struct target *target, const char *path, int force,

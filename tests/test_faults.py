@@ -415,6 +415,7 @@ def test_full_disk(server, full_trace, tmp_path):
         assert rc == 1, tracer.err
         assert "No space left on device" in tracer.err
         assert "the target runs on" in tracer.err
+        assert tracer.err.count("cannot write") == 1, tracer.err  # said once
         tracer.assert_probes_gone()
         assert server.reap(pid) == 0
         with open(done) as handle:
@@ -428,6 +429,7 @@ def test_full_disk(server, full_trace, tmp_path):
                            env=dict(os.environ, FAULT_FORWARDS="3000"))
         assert r.returncode == 1, r.stderr
         assert "No space left on device" in r.stderr and "checksum" in r.stderr, r.stderr
+        assert r.stderr.count("cannot write") == 1, r.stderr
     finally:
         subprocess.run(["umount", "-l", str(mnt)])
 
@@ -595,6 +597,8 @@ def test_pid_exits_while_attaching(evmbpf, tmp_path):
         lines = [line for line in r.stderr.splitlines() if line.strip()]
         if r.returncode:
             assert len(lines) == 1 and lines[0].startswith("evmbpf: "), r.stderr
+            # what happened, not what failed because of it
+            assert f"process {target.pid} exited while evmbpf was" in lines[0], lines[0]
             assert not os.path.exists(out)
             outcomes.setdefault("refused", []).append(lines[0])
         else:

@@ -13,6 +13,9 @@
 #include "evmbpf.h"
 #include "util.h"
 
+/* target_inspect's reason for failing, said once it knows the target is still there */
+#define why(t, ...) snprintf((t)->why, sizeof((t)->why), __VA_ARGS__)
+
 struct mapping {
 	uint64_t start, end, offset, inode;
 	char perms[8];
@@ -244,22 +247,22 @@ static int check_debug_offsets(struct target *t, struct elf_file *f)
 	if (t->major != 3 || t->minor < 13)
 		return 0;
 	if (runtime_symbol(t, f, "_PyRuntime", &rt) || pm_read(&t->reader, rt, head, sizeof(head))) {
-		warnx_("cannot read _PyRuntime of process %d", t->pid);
+		why(t, "cannot read _PyRuntime of process %d", t->pid);
 		return -1;
 	}
 	if (memcmp(&head[0], "xdebugpy", 8)) {
-		warnx_("%s says Python %d.%d but its _PyRuntime has no _Py_DebugOffsets (cookie "
+		why(t, "%s says Python %d.%d but its _PyRuntime has no _Py_DebugOffsets (cookie "
 		       "\"xdebugpy\"); evmbpf does not read it", t->py_path, t->major, t->minor);
 		return -1;
 	}
 	int major = (int)(head[1] >> 24) & 0xff, minor = (int)(head[1] >> 16) & 0xff;
 	if (major != t->major || minor != t->minor) {
-		warnx_("%s says Python %d.%d but its runtime's _Py_DebugOffsets says %d.%d; evmbpf "
+		why(t, "%s says Python %d.%d but its runtime's _Py_DebugOffsets says %d.%d; evmbpf "
 		       "does not read it", t->py_path, t->major, t->minor, major, minor);
 		return -1;
 	}
 	if (head[2]) {
-		warnx_("%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads builds "
+		why(t, "%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads builds "
 		       "with the GIL only", t->py_path, major, minor);
 		return -1;
 	}
@@ -355,7 +358,7 @@ static void find_marker_support(struct target *t, struct elf_file *f)
 	t->gen_state_created = (int8_t)t->off->frame_created;
 }
 
-int target_inspect(struct target *t, pid_t pid)
+static int inspect(struct target *t, pid_t pid)
 {
 	memset(t, 0, sizeof(*t));
 	t->pid = pid;
@@ -364,47 +367,47 @@ int target_inspect(struct target *t, pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d", pid);
 	struct stat st;
 	if (stat(path, &st)) {
-		warnx_("no process %d: check the pid (as the host sees it: `ps -e`)", pid);
+		why(t, "no process %d: check the pid (as the host sees it: `ps -e`)", pid);
 		return -1;
 	}
 	struct py_search s = { .t = t };
 	if (each_mapping(pid, find_runtime, &s) < 0) {
-		warnx_("cannot read /proc/%d/maps: %s (evmbpf needs root, or CAP_SYS_PTRACE)", pid,
+		why(t, "cannot read /proc/%d/maps: %s (evmbpf needs root, or CAP_SYS_PTRACE)", pid,
 		       strerror(errno));
 		return -1;
 	}
 	if (!s.found) {
-		warnx_("process %d is not a Python interpreter: no mapped file defines _PyRuntime "
+		why(t, "process %d is not a Python interpreter: no mapped file defines _PyRuntime "
 		       "(point --pid at the python process itself, not a shell or launcher)", pid);
 		return -1;
 	}
 	struct elf_file *f = elf_file_open(t->py_open);
 	if (!f) {
-		warnx_("cannot open %s: %s", t->py_open, strerror(errno));
+		why(t, "cannot open %s: %s", t->py_open, strerror(errno));
 		return -1;
 	}
 	int rc = -1;
 	uint64_t dummy;
 	if (read_version(t, f)) {
-		warnx_("cannot tell which Python %s is (no Py_Version, no version in its name)",
+		why(t, "cannot tell which Python %s is (no Py_Version, no version in its name)",
 		       t->py_path);
 		goto out;
 	}
 	if (!elf_file_symbol(f, "_Py_RefTotal", &dummy, NULL) ||
 	    !elf_file_symbol(f, "_Py_NegativeRefcount", &dummy, NULL)) {
-		warnx_("%s is a debug build of Python %d.%d, whose object layouts differ; evmbpf "
+		why(t, "%s is a debug build of Python %d.%d, whose object layouts differ; evmbpf "
 		       "reads release builds only", t->py_path, t->major, t->minor);
 		goto out;
 	}
 	if (!elf_file_symbol(f, "_Py_brc_queue_object", &dummy, NULL) ||
 	    strstr(t->py_path, "python3.13t") || strstr(t->py_path, "python3.14t")) {
-		warnx_("%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads "
+		why(t, "%s is a free-threaded (no-GIL) build of Python %d.%d; evmbpf reads "
 		       "builds with the GIL only", t->py_path, t->major, t->minor);
 		goto out;
 	}
 	t->off = pyoffsets_for(t->major, t->minor);
 	if (!t->off) {
-		warnx_("Python %d.%d is not supported (evmbpf reads CPython 3.9 to 3.14)", t->major,
+		why(t, "Python %d.%d is not supported (evmbpf reads CPython 3.9 to 3.14)", t->major,
 		       t->minor);
 		goto out;
 	}
@@ -413,7 +416,7 @@ int target_inspect(struct target *t, pid_t pid)
 	struct bias_search b = { .path = t->py_path };
 	each_mapping(pid, find_first_map, &b);
 	if (!b.found) {
-		warnx_("cannot find where %s is mapped in process %d", t->py_path, pid);
+		why(t, "cannot find where %s is mapped in process %d", t->py_path, pid);
 		goto out;
 	}
 	t->py_bias = b.start - elf_file_base_vaddr(f);
@@ -421,12 +424,12 @@ int target_inspect(struct target *t, pid_t pid)
 	    runtime_symbol(t, f, "PyBool_Type", &t->bool_type) ||
 	    runtime_symbol(t, f, "PyFloat_Type", &t->float_type) ||
 	    runtime_symbol(t, f, "PyBaseObject_Type", &t->object_type)) {
-		warnx_("%s lacks the exported C-API symbols evmbpf needs", t->py_path);
+		why(t, "%s lacks the exported C-API symbols evmbpf needs", t->py_path);
 		goto out;
 	}
 	/* sanity: None's type must be readable now */
 	if (!py_type(&t->reader, t->none_obj)) {
-		warnx_("cannot read the memory of process %d (evmbpf needs root, or CAP_SYS_PTRACE)",
+		why(t, "cannot read the memory of process %d (evmbpf needs root, or CAP_SYS_PTRACE)",
 		       pid);
 		goto out;
 	}
@@ -434,7 +437,7 @@ int target_inspect(struct target *t, pid_t pid)
 		goto out;
 	if (find_slot_tp_call(t, f) ||
 	    probe_offset(f, t->slot_tp_call - t->py_bias, &t->slot_tp_call_off)) {
-		warnx_("cannot find slot_tp_call in %s (no symbol, and no slotdefs table found)",
+		why(t, "cannot find slot_tp_call in %s (no symbol, and no slotdefs table found)",
 		       t->py_path);
 		goto out;
 	}
@@ -449,6 +452,21 @@ int target_inspect(struct target *t, pid_t pid)
 out:
 	elf_file_close(f);
 	return rc;
+}
+
+/* The target can exit while it is read: then that is the one thing to say, not what
+ * failed to read because of it. */
+int target_inspect(struct target *t, pid_t pid)
+{
+	if (!inspect(t, pid))
+		return 0;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (t->why[0] && strncmp(t->why, "no process", 10) && access(path, F_OK) && errno == ENOENT)
+		warnx_("process %d exited while evmbpf was inspecting it; nothing traced", pid);
+	else if (t->why[0])
+		warnx_("%s", t->why);
+	return -1;
 }
 
 /* torch's extension module, .../torch/_C.cpython-*.so, sits beside its version.py

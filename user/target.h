@@ -11,6 +11,7 @@
 struct target {
 	pid_t pid;
 	char root[64];                /* /proc/PID/root: the target's view of the files */
+	char why[PATH_MAX + 512];     /* why target_inspect failed */
 	char py_path[PATH_MAX];       /* the ELF holding the interpreter, as the target names it */
 	char py_open[PATH_MAX];       /* the same, as evmbpf opens it */
 	uint64_t py_bias;             /* runtime address = link-time address + bias */

@@ -1001,7 +1001,8 @@ int trace_close(struct trace *t)
 	if (t->out && fflush(t->out))
 		t->write_failed = errno ? errno : EIO;
 	if (t->write_failed) {
-		warnx_("cannot write %s: %s", t->out_path, strerror(t->write_failed));
+		if (!t->write_reported)
+			warnx_("cannot write %s: %s", t->out_path, strerror(t->write_failed));
 		rc = -1;
 	}
 	if (t->out && t->out != stdout)

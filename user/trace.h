@@ -86,6 +86,7 @@ struct trace {
 	uint64_t boot_to_realtime_ns;    /* add to bpf_ktime_get_ns for wall-clock ns */
 	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
 	                                  * of events it causes (unwound frames, errors) */
+	int write_reported;              /* write_failed has been said on stderr */
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 };
 

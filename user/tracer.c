@@ -430,6 +430,7 @@ static void collect(struct session *s, pid_t child)
 		if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
 			s->trace.write_failed = errno ? errno : EIO;
 		if (s->trace.write_failed) {
+			s->trace.write_reported = 1;
 			warnx_("cannot write %s: %s; detaching (the target runs on)", s->opts->out,
 			       strerror(s->trace.write_failed));
 			break;
@@ -721,7 +722,6 @@ static int run_launch(const struct tracer_opts *opts)
 		/* the trace could not be written: the command goes on untraced, evmbpf waits
 		 * for it (it is evmbpf's child) and fails */
 		finish(&s);
-		fprintf(stderr, "the trace failed; %d runs on untraced\n", child);
 		while (waitpid(child, &status, 0) < 0 && errno == EINTR && !stop_signal)
 			;
 		rc = 1;

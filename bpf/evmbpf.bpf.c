@@ -1205,19 +1205,22 @@ struct {
 	__type(value, struct rec_stack);
 } stack_scratch SEC(".maps");
 
-/* The running thread's innermost Python frame. 3.9-3.11 keep the current thread state
- * in _PyRuntime; 3.12+ in a thread-local, so there it is the GIL's last holder: the
- * probed thread is running Python code, so it holds the GIL. */
+/* The running thread's PyThreadState. 3.9-3.11 keep the current one in _PyRuntime;
+ * 3.12+ in a thread-local, so there it is the GIL's last holder: the probed thread is
+ * running Python code, so it holds the GIL. */
+static __always_inline __u64 current_tstate(void)
+{
+	if (pyo.rt_tstate_current)
+		return rd64(cfg.runtime + pyo.rt_tstate_current);
+	__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+	__u64 gil = interp ? rd64(interp + pyo.interp_gil) : 0;
+	return gil ? rd64(gil + pyo.gil_last_holder) : 0;
+}
+
+/* The running thread's innermost Python frame. */
 static __always_inline __u64 current_frame(void)
 {
-	__u64 tstate;
-	if (pyo.rt_tstate_current) {
-		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
-	} else {
-		__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
-		__u64 gil = interp ? rd64(interp + pyo.interp_gil) : 0;
-		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
-	}
+	__u64 tstate = current_tstate();
 	if (!tstate)
 		return 0;
 	__u64 frame = rd64(tstate + pyo.tstate_frame);
@@ -1272,6 +1275,101 @@ static __always_inline void report_stack(int may_hold)
 		__sync_fetch_and_add(&dropped_records, 1);
 }
 
+/* ---------------------------------------------------------------- orphans */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, struct orphan_list);
+} orphans SEC(".maps");
+
+/* Threads with modules that were running at the attach and have not returned yet. */
+__u32 orphans_pending = 0;
+
+#define ORPHAN_WALK_MAX 64
+
+struct orphan_walk {
+	struct orphan_list *o;
+	__u64 frame;
+	__u32 n;
+	__u32 live; /* bit i: orphan i's frame is still on the stack */
+};
+
+/* bpf_loop step: one frame of the thread's stack against every watched frame. */
+static long orphan_step(__u64 index, void *ctx)
+{
+	struct orphan_walk *w = ctx;
+	if (!w->frame)
+		return 1;
+	for (int i = 0; i < ORPHANS_MAX; i++) {
+		if (i >= w->n)
+			break;
+		if (w->o->frame[i] == w->frame &&
+		    (rd64(w->frame + pyo.iframe_localsplus) & ~3ULL) == w->o->first[i])
+			w->live |= 1u << i;
+	}
+	w->frame = rd64(w->frame + pyo.frame_back);
+	return 0;
+}
+
+/* Which of this thread's pre-attach modules have returned since its last module call:
+ * their frames are gone from its Python stack (or hold another call). Reported
+ * innermost first. They enclose every call seen since, so none can have returned while
+ * one of those is open: only then is the stack walked. */
+static __always_inline void check_orphans(void)
+{
+	if (!orphans_pending || !cfg.runtime)
+		return;
+	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	if (cs && cs->n)
+		return;
+	__u64 tstate = current_tstate();
+	struct orphan_list *o = tstate ? bpf_map_lookup_elem(&orphans, &tstate) : NULL;
+	if (!o)
+		return;
+	struct orphan_walk w = { .o = o, .n = o->n < ORPHANS_MAX ? o->n : ORPHANS_MAX };
+	w.frame = rd64(tstate + pyo.tstate_frame);
+	if (pyo.tstate_cframe && w.frame)
+		w.frame = rd64(w.frame + pyo.cframe_frame);
+	bpf_loop(ORPHAN_WALK_MAX, orphan_step, &w, 0);
+	__u32 n = w.n, live = w.live;
+	if (live == (1u << n) - 1)
+		return;
+	__u32 keep = 0;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u64 marker = active_marker();
+	for (int i = 0; i < ORPHANS_MAX; i++) {
+		if (i >= n)
+			break;
+		if (live & (1u << i)) {
+			o->frame[keep & (ORPHANS_MAX - 1)] = o->frame[i];
+			o->first[keep & (ORPHANS_MAX - 1)] = o->first[i];
+			o->self[keep & (ORPHANS_MAX - 1)] = o->self[i];
+			keep++;
+			continue;
+		}
+		struct rec_orphan *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		if (!r) {
+			__sync_fetch_and_add(&dropped_records, 1);
+			continue;
+		}
+		r->hdr.kind = REC_ORPHAN;
+		r->hdr.size = sizeof(*r);
+		r->hdr.pid = id >> 32;
+		r->hdr.tid = (__u32)id;
+		r->hdr.ts_ns = bpf_ktime_get_ns();
+		r->self = o->self[i];
+		r->marker = marker;
+		bpf_ringbuf_submit(r, 0);
+	}
+	o->n = keep;
+	if (!keep) {
+		bpf_map_delete_elem(&orphans, &tstate);
+		__sync_fetch_and_add(&orphans_pending, -1);
+	}
+}
+
 /* --phase rules: count module calls open on this thread; 1 for an outermost call. */
 static __always_inline __u32 enter_call(void)
 {
@@ -1300,6 +1398,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
+	check_orphans();
 	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.runtime))
 		report_stack(!hold_next);
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);

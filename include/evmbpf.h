@@ -35,6 +35,7 @@ enum rec_kind {
 	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
 	REC_STACK = 8,     /* the Python frames under an outermost module call (--phase rules),
 			    * or under the first call seen (attached in the middle of a forward?) */
+	REC_ORPHAN = 9,    /* a module running when evmbpf attached has returned */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
 };
 
@@ -174,6 +175,26 @@ struct rec_stack {
 	__u32 flags;     /* REC_F_HELD: stopped until user space has named new code objects */
 	__u64 code[STACK_FRAMES_MAX]; /* innermost first */
 	__u64 first[STACK_FRAMES_MAX]; /* each frame's first local (self, for a method) */
+};
+
+/* Modules running on a thread when evmbpf attached (user space reads them, the target
+ * stopped): their frames, innermost first. Their returns cannot arm a uretprobe, so the
+ * BPF side notices them at the thread's next module call, when a frame is gone from its
+ * Python stack, and says so (REC_ORPHAN): the exit hooks of a tracer registered at
+ * that moment would fire for them, as `orphan` exits. Keyed by PyThreadState. */
+#define ORPHANS_MAX 16
+struct orphan_list {
+	__u32 n;
+	__u32 pad;
+	__u64 frame[ORPHANS_MAX]; /* the frame of its Module.__call__ */
+	__u64 first[ORPHANS_MAX]; /* that frame's first local as it was (self, or its cell) */
+	__u64 self[ORPHANS_MAX];
+};
+
+struct rec_orphan {
+	struct rec_hdr hdr;
+	__u64 self;
+	__u64 marker;
 };
 
 struct rec_module_type {

@@ -292,6 +292,13 @@ int main(void)
 	F(cframe_frame, 0);
 #endif
 	F(func_code, offsetof(PyFunctionObject, func_code));
+	/* every thread's state, from the interpreter (the frames running at an attach) */
+#if PYV >= 311
+	F(interp_threads_head, offsetof(PyInterpreterState, threads.head));
+#else
+	F(interp_threads_head, offsetof(PyInterpreterState, tstate_head));
+#endif
+	F(tstate_next, offsetof(PyThreadState, next));
 	/* a generator's state and frame (phase markers are @contextmanager generators) */
 #if PYV >= 311
 	F(gen_frame_state, offsetof(PyGenObject, gi_frame_state));

@@ -80,9 +80,9 @@ MID_CELLS = [("pyenv", "3.9"), ("pyenv", "3.12"), ("pyenv", "3.13"), ("chroot", 
 
 @pytest.mark.parametrize("kind,name", MID_CELLS, ids=[f"{k}-{n}" for k, n in MID_CELLS])
 def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
-    """Attached while the model's second layer runs: the rest of that forward is written
-    under the model's own names (forward 0, depth from the attach), then whole forwards
-    equal to the reference's."""
+    """Attached while the model's second layer runs: that layer and the model end with
+    `orphan` exits, the rest of that forward is written under the model's own names
+    (forward 0, depth from the attach), then whole forwards equal to the reference's."""
     target = target_of(kind, name, tmp_path)
     workload = os.path.join(OWN_WORKLOADS, "midforward_any.py")
     ref = str(tmp_path / "ref.jsonl")
@@ -111,14 +111,22 @@ def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
             proc.kill()
     assert tracer.returncode == 0, tracer.stderr
     assert "attached in the middle of a forward" in tracer.stderr, tracer.stderr
+    assert "2 modules were running on 1 threads at the attach" in tracer.stderr, tracer.stderr
     events = [e for e in load(out) if e["event"] != "header"]
-    first = [(e["event"], e["module"], e["depth"], e["forward"]) for e in events[:6]]
-    assert first == [("enter", "layers.2", 0, 0), ("exit", "layers.2", 0, 0),
-                     ("enter", "layers.3", 0, 0), ("exit", "layers.3", 0, 0),
-                     ("enter", "head", 0, 0), ("exit", "head", 0, 0)], tracer.stderr
+    first = [(e["event"], e["module"], e["type"], e["depth"], e["forward"], e["call"],
+              e.get("orphan")) for e in events[:8]]
+    assert first == [
+        ("exit", "layers.1", None, 0, 0, None, True),  # returned after the attach
+        ("enter", "layers.2", "Identity", 0, 0, 1, None),
+        ("exit", "layers.2", "Identity", 0, 0, 1, None),
+        ("enter", "layers.3", "Identity", 0, 0, 2, None),
+        ("exit", "layers.3", "Identity", 0, 0, 2, None),
+        ("enter", "head", "Identity", 0, 0, 3, None),
+        ("exit", "head", "Identity", 0, 0, 3, None),
+        ("exit", "<root>", None, 0, 0, None, True)], tracer.stderr
     whole = [dict(e, call=None) for e in load(ref)
              if e.get("forward", 0) >= 2 and e["event"] != "header"]
-    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[6:]]
+    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[8:]]
     assert whole and len(whole) == len(ours)
     compare_traces(whole, ours, kwargs=target.kwargs)
 

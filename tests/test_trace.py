@@ -150,10 +150,21 @@ def test_torch_imported_after_attach(evmbpf, tmp_path):
     assert events[0]["torch"]
 
 
+# (event, module, type, depth, forward, call, orphan) of what follows the attach
+MIDFORWARD_START = [
+    # the pausing layer returns after the attach: an orphan exit, its output never seen
+    ("exit", "layers.1", None, 0, 0, None, True),
+    ("enter", "layers.2", "Linear", 0, 0, 1, None), ("exit", "layers.2", "Linear", 0, 0, 1, None),
+    ("enter", "layers.3", "ReLU", 0, 0, 2, None), ("exit", "layers.3", "ReLU", 0, 0, 2, None),
+    ("enter", "head", "Linear", 0, 0, 3, None), ("exit", "head", "Linear", 0, 0, 3, None),
+    ("exit", "<root>", None, 0, 0, None, True)]
+
+
 def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
     """Attached while a forward runs: the model is found on the Python stack, the modules
     still to come in that forward keep their names (forward 0, as hooks registered then
-    would see them), and the next forwards are whole."""
+    would see them), the modules running at the attach end with `orphan` exits, and the
+    next forwards are whole."""
     workload = os.path.join(OWN_WORKLOADS, "midforward.py")
     flag = tmp_path / "paused"
     env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_PAUSE="8")
@@ -169,14 +180,14 @@ def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
     assert target.wait(timeout=120) == 0
     assert tracer.wait(timeout=60) == 0, tracer.stderr.read()
     events = [e for e in load(out) if e["event"] != "header"]
-    first = [(e["event"], e["module"], e["depth"], e["forward"]) for e in events[:6]]
-    assert first == [("enter", "layers.2", 0, 0), ("exit", "layers.2", 0, 0),
-                     ("enter", "layers.3", 0, 0), ("exit", "layers.3", 0, 0),
-                     ("enter", "head", 0, 0), ("exit", "head", 0, 0)]
+    first = [(e["event"], e["module"], e["type"], e["depth"], e["forward"], e["call"],
+              e.get("orphan")) for e in events[:8]]
+    assert first == MIDFORWARD_START
+    assert [e["output"] for e in events[:8] if e.get("orphan")] == [None, None]
     ref = str(tmp_path / "ref.jsonl")
     run_reference(workload, ref, env=dict(os.environ, MIDFORWARD_PAUSE="0"))
     whole = [e for e in load(ref) if e.get("forward", 0) >= 2 and e["event"] != "header"]
-    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[6:]]
+    ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[8:]]
     whole = [dict(e, call=None) for e in whole]
     compare_traces(whole, ours, kwargs=KWARGS)
 

@@ -274,19 +274,36 @@ static void on_stack(struct trace *t, const struct rec_stack *r)
 /* Attached in the middle of a forward, the first call seen is not the model's: the
  * modules already running are on the Python stack, in frames of Module.__call__'s
  * code, with self as their first local. The outermost of them is the model. */
-static uint64_t enclosing_model(struct trace *t, const struct thread_stack *s)
+int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first)
 {
 	static const char *const calls[] = { "Module._call_impl", "Module._wrapped_call_impl" };
 	static const char suffix[] = "torch/nn/modules/module.py";
-	for (uint32_t i = s->ncodes; i-- > 0;) {
-		const struct code_names *c = code_names_of(t, s->codes[i], s->firsts[i]);
-		size_t n = c ? strlen(c->filename) : 0;
-		if (!c || n < sizeof(suffix) - 1 || strcmp(c->filename + n - (sizeof(suffix) - 1), suffix))
-			continue;
-		for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++)
-			if (!strcmp(c->qualname, calls[k]) && s->firsts[i])
-				return s->firsts[i];
-	}
+	const struct code_names *c = first ? code_names_of(t, code, first) : NULL;
+	size_t n = c ? strlen(c->filename) : 0;
+	if (!c || n < sizeof(suffix) - 1 || strcmp(c->filename + n - (sizeof(suffix) - 1), suffix))
+		return 0;
+	for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++)
+		if (!strcmp(c->qualname, calls[k]))
+			return 1;
+	return 0;
+}
+
+uint64_t trace_first_object(struct trace *t, uint64_t first)
+{
+	/* 3.11+ turn a local that a closure captures into a cell in its own slot */
+	const struct pyreader *r = &t->target->reader;
+	char name[16];
+	if (first && py_type_name(r, py_type(r, first), name, sizeof(name)) >= 0 &&
+	    !strcmp(name, "cell"))
+		return pm_u64(r, first + 16 /* PyCellObject.ob_ref */, NULL);
+	return first;
+}
+
+static uint64_t enclosing_model(struct trace *t, const struct thread_stack *s)
+{
+	for (uint32_t i = s->ncodes; i-- > 0;)
+		if (trace_is_module_call(t, s->codes[i], s->firsts[i]))
+			return trace_first_object(t, s->firsts[i]);
 	return 0;
 }
 
@@ -453,6 +470,8 @@ static int describe_call(struct trace *t, const struct rec_call *r, size_t size,
 	return err;
 }
 
+static void write_orphan(struct trace *t, const struct rec_orphan *r);
+
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 {
 	struct thread_stack *s = thread_of(t, r->hdr.tid);
@@ -464,6 +483,9 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 		set_root(t, model ? model : r->self);
 	}
 	write_header(t); /* once: after the model is known, for its model_type */
+	for (size_t i = 0; i < t->nearly; i++)
+		write_orphan(t, &t->early[i]);
+	t->nearly = 0;
 	if (s->depth == 0 && s->ncodes) {
 		s->rule_phase = t->opts.nrules ? rule_phase(t, s) : NULL;
 		s->ncodes = 0;
@@ -535,6 +557,46 @@ static int pop_to(struct trace *t, struct thread_stack *s, const char *path, str
 		return 1;
 	}
 	return 0;
+}
+
+/* A module running when evmbpf attached has returned: the exit hook of a tracer
+ * registered at the attach would fire for it without a frame, as an `orphan` exit. Its
+ * return value was never seen: `output` is null. */
+static void write_orphan(struct trace *t, const struct rec_orphan *r)
+{
+	struct mod_entry *mod = modtree_find(&t->mods, r->self);
+	if (!mod || !mod->traced)
+		return;
+	struct thread_stack *s = thread_of(t, r->hdr.tid);
+	struct frame f = {0};
+	if (pop_to(t, s, mod->path, &f)) { /* cannot be: it was entered before the attach */
+		frame_free(&f);
+		return;
+	}
+	struct buf b = {0};
+	int first = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "exit");
+	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
+	jw_key(&b, &first, "type"), jw_null(&b);
+	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_at(t, s, r->marker));
+	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
+	jw_key(&b, &first, "call"), jw_null(&b);
+	jw_key(&b, &first, "output"), jw_null(&b);
+	jw_key(&b, &first, "orphan"), jw_bool(&b, 1);
+	finish_event(t, &b, r->hdr.tid, r->hdr.ts_ns);
+}
+
+/* Orphans seen before the first module call (the model, and so the names, are known
+ * from it on) wait for it. */
+static void on_orphan(struct trace *t, const struct rec_orphan *r)
+{
+	if (t->root) {
+		write_orphan(t, r);
+	} else if (t->nearly < sizeof(t->early) / sizeof(t->early[0])) {
+		t->early[t->nearly++] = *r;
+	}
 }
 
 static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
@@ -622,6 +684,10 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	case REC_STACK:
 		if (size >= sizeof(struct rec_stack))
 			on_stack(t, data);
+		break;
+	case REC_ORPHAN:
+		if (size >= sizeof(struct rec_orphan))
+			on_orphan(t, data);
 		break;
 	case REC_MARKER:
 		if (size >= sizeof(struct rec_marker))

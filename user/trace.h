@@ -87,6 +87,8 @@ struct trace {
 	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
 	                                  * of events it causes (unwound frames, errors) */
 	int write_reported;              /* write_failed has been said on stderr */
+	struct rec_orphan early[64];     /* orphans seen before the model was known */
+	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 };
 
@@ -94,6 +96,12 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	       const struct trace_opts *opts);
 /* One record from the ring buffer. */
 void trace_record(struct trace *t, const void *data, size_t size);
+/* Is this code object Module.__call__'s (_call_impl / _wrapped_call_impl)? `first` is
+ * the frame's first local (it names a method's class on 3.9/3.10). */
+int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first);
+/* A frame's first local as an object: through the cell it is kept in when a closure
+ * captures it (3.11+; torch 2's Module._call_impl does that to self). */
+uint64_t trace_first_object(struct trace *t, uint64_t first);
 /* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
 void trace_finish(struct trace *t, int exit_code);
 int trace_close(struct trace *t);

@@ -608,6 +608,32 @@ def test_pid_exits_while_attaching(evmbpf, tmp_path):
     print(f"\nexits while attaching: {outcomes}")
 
 
+def test_stopped_target_stays_stopped(evmbpf, tmp_path):
+    """--pid of a process its user has stopped (SIGSTOP, ^Z): evmbpf reads it as it is
+    and must not continue it; it runs on once its user continues it."""
+    target = subprocess.Popen([HOST_PYTHON, "-c", "import time; time.sleep(1.5)"])
+    time.sleep(0.3)
+    os.kill(target.pid, signal.SIGSTOP)
+
+    def state():
+        with open(f"/proc/{target.pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    deadline = time.monotonic() + 10
+    while state() != "T":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    out = str(tmp_path / "t.jsonl")
+    tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out],
+                              stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, "attached to", 60)
+    time.sleep(0.5)
+    assert state() == "T", "evmbpf continued a process its user had stopped"
+    os.kill(target.pid, signal.SIGCONT)
+    assert target.wait(timeout=30) == 0
+    assert tracer.wait(timeout=30) == 0, tracer.stderr.read()
+    read_jsonl(out)
+
+
 # ---------------------------------------------------------------- load
 
 def soak(tmp_path, seconds):

@@ -572,10 +572,14 @@ static void watch_running_modules(struct session *s)
 	const struct pyreader *r = &t->reader;
 	if (!s->skel || !t->runtime || !s->skel->bss->hold_next)
 		return;
-	if (kill(t->pid, SIGSTOP))
-		return;
-	if (wait_stopped(t->pid, 500))
-		debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
+	/* stopped already (by its user, or a debugger): read it as it is, and leave it so */
+	int stopped_before = !wait_stopped(t->pid, 0);
+	if (!stopped_before) {
+		if (kill(t->pid, SIGSTOP))
+			return;
+		if (wait_stopped(t->pid, 500))
+			debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
+	}
 	uint64_t interp = pm_u64(r, t->runtime + o->runtime_interp_head, NULL);
 	uint64_t ts = interp ? pm_u64(r, interp + o->interp_threads_head, NULL) : 0;
 	unsigned threads = 0, modules = 0;
@@ -619,7 +623,8 @@ static void watch_running_modules(struct session *s)
 		}
 	}
 	s->skel->bss->orphans_pending = threads;
-	kill(t->pid, SIGCONT);
+	if (!stopped_before)
+		kill(t->pid, SIGCONT);
 	if (threads)
 		debugx("%u modules were running on %u threads at the attach", modules, threads);
 }

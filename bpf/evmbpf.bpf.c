@@ -1008,13 +1008,45 @@ __u32 markers_live = 0;
 #define MARKER_PHASE 1
 #define MARKER_NONE 2
 
+/* A generator's state as 3.11+ encode it (created, suspended < 0, running 0, over > 0).
+ * 3.9/3.10 keep it in the generator's frame object, which is gone once it is over;
+ * 3.9 has no states there: not started is f_lasti -1, running is f_executing. */
 static __always_inline __s8 gen_state(__u64 gen)
 {
 	__s8 state = 1;
 	if (rd64(gen + 8) != cfg.gen_type)
 		return 1; /* freed and reused: over */
+	if (pyo.version <= 310) {
+		__u64 frame = rd64(gen + pyo.gen_frame);
+		if (!frame)
+			return 1;
+		if (pyo.frame_state) {
+			bpf_probe_read_user(&state, 1, (void *)(frame + pyo.frame_state));
+			return state;
+		}
+		__s32 lasti = 0;
+		__u8 executing = 0;
+		bpf_probe_read_user(&lasti, 4, (void *)(frame + pyo.frame_instr));
+		bpf_probe_read_user(&executing, 1, (void *)(frame + pyo.frame_executing));
+		return lasti == -1 ? cfg.gen_state_created : executing ? 0 : -1;
+	}
 	bpf_probe_read_user(&state, 1, (void *)(gen + cfg.gen_frame_state));
 	return state;
+}
+
+/* A generator's code object and first local (a phase marker's name). */
+static __always_inline __u64 gen_code(__u64 gen)
+{
+	if (pyo.version <= 310)
+		return rd64(gen + pyo.gen_code);
+	return rd64(gen + cfg.gen_iframe + pyo.iframe_code) & ~3ULL;
+}
+
+static __always_inline __u64 gen_first_local(__u64 gen)
+{
+	if (pyo.version <= 310)
+		return rd64(rd64(gen + pyo.gen_frame) + pyo.iframe_localsplus);
+	return rd64(gen + cfg.gen_iframe + pyo.iframe_localsplus) & ~3ULL;
 }
 
 /* The innermost marker active on this thread; forgets the ones that are over. */
@@ -1050,7 +1082,8 @@ static __always_inline __u8 marker_code_kind(__u64 code)
 	if (cached)
 		return *cached;
 	__u8 kind = MARKER_NONE;
-	__u64 qual = rd64(code + pyo.co_qualname);
+	/* 3.9/3.10 code objects have a name only */
+	__u64 qual = rd64(code + (pyo.co_qualname ? pyo.co_qualname : pyo.co_name));
 	__u64 file = rd64(code + pyo.co_filename);
 	if (name_is(qual + pyo.str_ascii_data, "phase", 6)) {
 		/* ...evalmetry/debug.py */
@@ -1084,32 +1117,37 @@ static __always_inline int instance_values(__u64 obj, __u64 out[4])
 			block = obj + basic;
 	}
 	if (!block) {
-		__u64 dict = rd64(obj + (__s16)pyo.managed_dict);
+		__u64 dict;
+		if (pyo.managed_kind == 0) { /* 3.9/3.10: the __dict__ pointer at tp_dictoffset */
+			__s64 at = (__s64)rd64(rd64(obj + 8) + pyo.tp_dictoffset);
+			if (at <= 0 || at > 4096)
+				return -1;
+			dict = rd64(obj + at);
+		} else {
+			dict = rd64(obj + (__s16)pyo.managed_dict);
+		}
 		if (!dict || (dict & 1))
 			return -1;
 		block = rd64(dict + pyo.dict_values);
 		if (!block) {
-			__u64 keys = rd64(dict + pyo.dict_keys);
-			__u8 log2_index = 0, dkind = 0;
-			bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
-			bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
-			__u64 entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
-			__u32 esize = dkind ? 16 : 24, voff = dkind ? 8 : 16;
+			__u8 esize = 24, koff = 8;
+			__u64 entries = dict_entries(rd64(dict + pyo.dict_keys), &esize, &koff);
 			for (int i = 0; i < 4; i++)
-				out[i] = rd64(entries + i * esize + voff);
+				out[i] = rd64(entries + i * esize + koff + 8);
 			return 0;
 		}
 	}
 	return bpf_probe_read_user(out, 4 * 8, (void *)(block + pyo.dictvalues_values)) ? -1 : 0;
 }
 
-/* A `with` statement looks up `mgr.__enter__`: is mgr a phase marker? */
-static __always_inline int marker_seen(__u64 mgr, __u64 attr)
+/* A `with` statement looks up `mgr.__enter__` (the name's characters at `chars`): is mgr
+ * a phase marker? */
+static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 {
 	__u64 type = rd64(mgr + 8);
 	if (!type || classify_type(type) != T_GENCM)
 		return 0;
-	if (!name_is(attr + pyo.str_ascii_data, "__enter__", 10))
+	if (!name_is(chars, "__enter__", 10))
 		return 0;
 	__u64 cand[4] = {};
 	if (instance_values(mgr, cand))
@@ -1119,8 +1157,7 @@ static __always_inline int marker_seen(__u64 mgr, __u64 attr)
 		__u64 c = cand[i] & ~3ULL;
 		if (!c || rd64(c + 8) != cfg.gen_type)
 			continue;
-		__u64 code = rd64(c + cfg.gen_iframe + pyo.iframe_code) & ~3ULL;
-		if (marker_code_kind(code) == MARKER_PHASE) {
+		if (marker_code_kind(gen_code(c)) == MARKER_PHASE) {
 			gen = c;
 			break;
 		}
@@ -1162,7 +1199,7 @@ static __always_inline int marker_seen(__u64 mgr, __u64 attr)
 	r->hdr.ts_ns = bpf_ktime_get_ns();
 	r->gen = gen;
 	r->name[0] = 0;
-	__u64 name = rd64(gen + cfg.gen_iframe + pyo.iframe_localsplus) & ~3ULL;
+	__u64 name = gen_first_local(gen);
 	__u32 state = (__u32)rd64(name + pyo.str_state);
 	if (((state >> 2) & 7) == 1 && ((state >> 5) & 1))
 		bpf_probe_read_user_str(r->name, sizeof(r->name),
@@ -1176,7 +1213,14 @@ static __always_inline int marker_seen(__u64 mgr, __u64 attr)
 SEC("uprobe")
 int BPF_KPROBE(marker_enter, void *mgr, void *attr)
 {
-	return marker_seen((__u64)mgr, (__u64)attr);
+	return marker_seen((__u64)mgr, (__u64)attr + pyo.str_ascii_data);
+}
+
+/* 3.9/3.10: _PyObject_LookupSpecial(self, _Py_Identifier *) */
+SEC("uprobe")
+int BPF_KPROBE(marker_enter_ident, void *mgr, void *ident)
+{
+	return marker_seen((__u64)mgr, rd64((__u64)ident + pyo.ident_string));
 }
 
 /* 3.14: _PyObject_LookupSpecialMethod(attr, method_and_self), self a _PyStackRef in
@@ -1185,7 +1229,7 @@ SEC("uprobe")
 int BPF_KPROBE(marker_enter_stackref, void *attr, void *method_and_self)
 {
 	__u64 mgr = rd64((__u64)method_and_self + 8) & ~(__u64)pyo.stackref_tag_mask;
-	return mgr ? marker_seen(mgr, (__u64)attr) : 0;
+	return mgr ? marker_seen(mgr, (__u64)attr + pyo.str_ascii_data) : 0;
 }
 
 /* ---------------------------------------------------------------- --phase rules */

@@ -71,7 +71,12 @@ struct py_offsets {
 	off16 tstate_next;      /* PyThreadState.next */
 	off16 gen_frame_state;  /* 3.11+: PyGenObject.gi_frame_state (int8); 0 before */
 	off16 gen_iframe;       /* 3.11+: PyGenObject.gi_iframe (its _PyInterpreterFrame) */
-	soff16 frame_created;   /* 3.11+: FRAME_CREATED, a generator not started yet */
+	soff16 frame_created;   /* FRAME_CREATED, a generator not started yet (3.9: -2 too) */
+	off16 gen_frame;        /* 3.9/3.10: PyGenObject.gi_frame (NULL once finished); 0 after */
+	off16 gen_code;         /* 3.9/3.10: PyGenObject.gi_code */
+	off16 ident_string;     /* 3.9/3.10: _Py_Identifier.string (the C string) */
+	off16 frame_state;      /* 3.10: PyFrameObject.f_state (int8, 3.11's states) */
+	off16 frame_executing;  /* 3.9: PyFrameObject.f_executing (char) */
 };
 
 #ifndef __BPF__

@@ -392,6 +392,48 @@ while tb is not None:
     eq("tb_lasti", i32(id(tb) + O["tb_lasti"]) in (tb.tb_lasti, tb.tb_lasti // 2), True)
     tb = tb.tb_next
 
+# ---------------------------------------------------------------- generators
+section("generators (phase markers)")
+
+
+def gen_state(g):
+    """The state evmbpf reads: 3.11+ gi_frame_state; 3.10 the frame's f_state; 3.9 from
+    f_lasti/f_executing (over: no frame)."""
+    if V >= 311:
+        return struct.unpack("<b", mem(id(g) + O["gen_frame_state"], 1))[0]
+    frame = ptr(id(g) + O["gen_frame"])
+    if not frame:
+        return 1
+    if V == 310:
+        return struct.unpack("<b", mem(frame + O["frame_state"], 1))[0]
+    if i32(frame + O["frame_instr"]) == -1:
+        return O["frame_created"]
+    return 0 if u8(frame + O["frame_executing"]) else -1
+
+
+seen_inside = []
+
+
+def marker(name):
+    seen_inside.append(gen_state(g))
+    yield name
+
+
+g = marker("phase name")
+eq("a new generator's state (created)", gen_state(g), O["frame_created"])
+if V <= 310:
+    eq("gen_frame", ptr(id(g) + O["gen_frame"]), id(g.gi_frame))
+    eq("gen_code", ptr(id(g) + O["gen_code"]), id(g.gi_code))
+    eq("generator's first local", ptr(ptr(id(g) + O["gen_frame"]) + O["iframe_localsplus"]),
+       id(g.gi_frame.f_locals["name"]))
+next(g)
+eq("state while it runs", seen_inside, [0])
+state = gen_state(g)
+eq("state suspended at its yield", state < 0 and state != O["frame_created"], True)
+for _ in g:
+    pass
+eq("state once over", gen_state(g) > 0, True)
+
 # ---------------------------------------------------------------- interpreter state
 section("interpreter state")
 try:

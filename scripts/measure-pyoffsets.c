@@ -307,7 +307,28 @@ int main(void)
 #else
 	F(gen_frame_state, 0);
 	F(gen_iframe, 0);
-	S(frame_created, 0);
+	S(frame_created, -2); /* 3.10's FRAME_CREATED; 3.9 has no frame states (f_lasti -1) */
+#endif
+	/* 3.9/3.10: a generator's frame object and code, the frame's state, and where
+	 * `with` names the method it looks up (_PyObject_LookupSpecial takes an identifier) */
+#if PYV <= 310
+	F(gen_frame, offsetof(PyGenObject, gi_frame));
+	F(gen_code, offsetof(PyGenObject, gi_code));
+	F(ident_string, offsetof(_Py_Identifier, string));
+#else
+	F(gen_frame, 0);
+	F(gen_code, 0);
+	F(ident_string, 0);
+#endif
+#if PYV == 310
+	F(frame_state, offsetof(PyFrameObject, f_state));
+#else
+	F(frame_state, 0);
+#endif
+#if PYV == 309
+	F(frame_executing, offsetof(PyFrameObject, f_executing));
+#else
+	F(frame_executing, 0);
 #endif
 	printf("\t},\n");
 	return failed;

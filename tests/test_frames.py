@@ -56,6 +56,25 @@ def test_rules_name_phases_on_every_version(evmbpf, kind, name, tmp_path):
     compare_traces(load(ref), events, kwargs=target.kwargs)
 
 
+@pytest.mark.parametrize("kind,name", CELLS, ids=[f"{k}-{n}" for k, n in CELLS])
+def test_markers_on_every_version(evmbpf, kind, name, tmp_path):
+    """The host's phase() markers, nested, left by exceptions, re-entered in a hook:
+    the same phases as the reference's, event for event (3.9/3.10 look `__enter__` up
+    by identifier and keep a generator's state in its frame; 3.14 through LOAD_SPECIAL)."""
+    target = target_of(kind, name, tmp_path)
+    workload = os.path.join(OWN_WORKLOADS, "phases_any.py")
+    ref = str(tmp_path / "ref.jsonl")
+    result = target.reference(workload, ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    got = str(tmp_path / "got.jsonl")
+    result = target.launch(workload, got)
+    assert result.returncode == 0, result.stderr
+    events = load(got)
+    assert {e["phase"] for e in events if e["event"] == "enter"} == {
+        "other", "generate", "model_forward", "signal_collection", "scoring"}
+    compare_traces(load(ref), events, kwargs=target.kwargs)
+
+
 def python_under(root_pid, needle):
     """The pid of the process under root_pid (itself included) running `needle`."""
     todo = [root_pid]

@@ -52,14 +52,8 @@ WORKLOADS = ["tiny_transformer", "raises", "kv_cache", "odd_values", "reentry", 
 DEFAULT = {("launch", "tiny_transformer"), ("pid", "tiny_transformer"),
            ("launch", "raises"), ("launch", "kv_cache"), ("launch", "hf_llama"),
            ("launch", "phases")}
-PHASE_AWARE = {"phases"}
-# Where evmbpf follows the host's phase() markers (CPython 3.11-3.14): the phases of a
-# marked workload are compared there; bullseye's 3.9 is not followed (README).
-MARKERS_FOLLOWED = {"trixie", "sid"}
-
-
-def compare_phases(chroot, workload):
-    return workload not in PHASE_AWARE or chroot in MARKERS_FOLLOWED
+# evmbpf follows the host's phase() markers on every CPython 3.9-3.14: phases are
+# compared in every cell, the marked workload's (phases) too.
 
 
 def cells(mode):
@@ -154,8 +148,7 @@ def test_chroot_launch(evmbpf, chroot, workload, outdir):
     got = load(out)
     py, torch_version = versions(target)
     check_header(got, py, torch_version)
-    compare_traces(*comparable_part(workload, ref, got), kwargs=target.kwargs,
-                   phase=compare_phases(chroot, workload))
+    compare_traces(*comparable_part(workload, ref, got), kwargs=target.kwargs)
     assert "did not validate" not in result.stderr, result.stderr
 
 
@@ -169,8 +162,7 @@ def test_chroot_pid(evmbpf, chroot, workload, outdir):
     run.release()
     run.finish()
     assert run.tracer_rc == 0, run.tracer_err
-    compare_traces(*comparable_part(workload, ref, load(out)), kwargs=target.kwargs,
-                   phase=compare_phases(chroot, workload))
+    compare_traces(*comparable_part(workload, ref, load(out)), kwargs=target.kwargs)
     assert "did not validate" not in run.tracer_err, run.tracer_err
 
 

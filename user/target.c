@@ -340,15 +340,16 @@ int target_is_python(pid_t pid)
 static void find_marker_support(struct target *t, struct elf_file *f)
 {
 	uint64_t v;
-	/* 3.9/3.10 hand _PyObject_LookupSpecial an identifier, and keep a generator's
-	 * state in its frame object: not followed */
-	if (!t->off->gen_frame_state)
+	if (!t->off->gen_frame_state && !t->off->gen_frame)
 		return;
-	/* 3.14's LOAD_SPECIAL looks special methods up through another function */
-	t->lookup_special_stackref = t->minor >= 14;
+	/* 3.14's LOAD_SPECIAL looks special methods up through another function; 3.9/3.10
+	 * hand _PyObject_LookupSpecial an identifier rather than a str */
+	t->lookup_special_kind = t->minor >= 14 ? LOOKUP_STACKREF
+			       : t->minor <= 10 ? LOOKUP_IDENTIFIER : LOOKUP_STR;
 	if (runtime_symbol(t, f, "PyGen_Type", &t->gen_type) ||
-	    elf_file_symbol(f, t->lookup_special_stackref ? "_PyObject_LookupSpecialMethod"
-							   : "_PyObject_LookupSpecial", &v, NULL) ||
+	    elf_file_symbol(f, t->lookup_special_kind == LOOKUP_STACKREF
+				       ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial",
+			    &v, NULL) ||
 	    probe_offset(f, v, &t->lookup_special_off)) {
 		t->gen_type = 0;
 		return;

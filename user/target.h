@@ -27,7 +27,11 @@ struct target {
 	uint64_t slot_tp_call_off;    /* + 4 past an endbr64 */
 	uint64_t err_display_off;
 	uint64_t lookup_special_off;  /* _PyObject_LookupSpecial: `with` statements (phase markers) */
-	int lookup_special_stackref;  /* 3.14+: _PyObject_LookupSpecialMethod(attr, method_and_self) */
+	enum {
+		LOOKUP_STR,           /* 3.11-3.13: _PyObject_LookupSpecial(self, str) */
+		LOOKUP_IDENTIFIER,    /* 3.9/3.10: _PyObject_LookupSpecial(self, _Py_Identifier *) */
+		LOOKUP_STACKREF,      /* 3.14: _PyObject_LookupSpecialMethod(attr, method_and_self) */
+	} lookup_special_kind;
 	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
 	uint16_t gen_frame_state, gen_iframe;
 	int8_t gen_state_created;

@@ -281,11 +281,13 @@ static int load_and_attach(struct session *s)
 			s->links[s->nlinks++] = l;
 	}
 	if (t->gen_type) {
-		l = attach_uprobe(t->lookup_special_stackref ? skel->progs.marker_enter_stackref
-							     : skel->progs.marker_enter,
-				  0, t->pid, t->py_open, t->lookup_special_off,
-				  t->lookup_special_stackref ? "_PyObject_LookupSpecialMethod"
-							     : "_PyObject_LookupSpecial");
+		struct bpf_program *marker =
+			t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
+			: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
+								      : skel->progs.marker_enter;
+		l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
+				  t->lookup_special_kind == LOOKUP_STACKREF
+					  ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial");
 		if (l)
 			s->links[s->nlinks++] = l;
 	} else {

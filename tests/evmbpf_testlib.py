@@ -47,9 +47,13 @@ class Attached:
                  prefix=()):
         self.dir = tempfile.mkdtemp(prefix="evmbpf-attach-")
         self.go = os.path.join(self.dir, "go")
-        self.target = subprocess.Popen(
-            [*prefix, python, RUN_WORKLOAD, workload, "--wait-for", self.go, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self._start([*prefix, python, RUN_WORKLOAD, workload, "--wait-for", self.go, *extra],
+                    out, evmbpf_args, env)
+
+    def _start(self, cmd, out, evmbpf_args, env):
+        """Start cmd (a workload waiting for self.go), then attach evmbpf to its Python."""
+        self.target = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env=env)
         line = self.target.stdout.readline()
         match = re.match(r"ready pid=(\d+)", line)
         if not match:
@@ -236,18 +240,7 @@ class AttachedCmd(Attached):
         self.go = go
         if os.path.exists(go):
             os.unlink(go)
-        self.target = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                       text=True, env=env)
-        line = self.target.stdout.readline()
-        match = re.match(r"ready pid=(\d+)", line)
-        if not match:
-            self.target.kill()
-            raise RuntimeError(f"workload did not start: {line!r} {self.target.stderr.read()}")
-        self.pid = host_pid_of(self.target.pid, int(match.group(1)))
-        self.tracer = subprocess.Popen([EVMBPF, "--pid", str(self.pid), "--out", out,
-                                        *evmbpf_args],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.attached_line = wait_for_line(self.tracer.stderr, "attached to", 60)
+        self._start(cmd, out, evmbpf_args, env)
 
 
 def chroot_target(name):

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, chroot_ensure, chroot_target,
-                            compare_traces, load, pyenv_target)
+                            compare_traces, load, pyenv_target, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -108,9 +108,10 @@ def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
     plain_env = target.env
     target.env = dict(plain_env or os.environ, MIDFORWARD_PAUSE="0")
     assert target.reference(workload, ref).returncode == 0
-    flag = tmp_path / "paused"
+    flag, resume = tmp_path / "paused", tmp_path / "resume"
+    # paused until evmbpf says it is attached (60 s at most), however long loading takes
     target.env = dict(plain_env or os.environ, MIDFORWARD_FLAG=target.guest(str(flag)),
-                      MIDFORWARD_PAUSE="6")
+                      MIDFORWARD_RESUME=target.guest(str(resume)), MIDFORWARD_PAUSE="60")
     proc = subprocess.Popen(target.cmd(workload), env=target.env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -122,15 +123,18 @@ def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
         pid = python_under(proc.pid, "midforward_any.py")
         assert pid, "no Python process running the workload"
         out = str(tmp_path / "got.jsonl")
-        tracer = subprocess.run([EVMBPF, "-v", "--pid", str(pid), "--out", out],
-                                capture_output=True, text=True, timeout=180)
+        tracer = subprocess.Popen([EVMBPF, "-v", "--pid", str(pid), "--out", out],
+                                  stderr=subprocess.PIPE, text=True)
+        err = wait_for_line(tracer.stderr, "attached to", 60)
+        resume.touch()
         assert proc.wait(timeout=120) == 0, proc.stderr.read()
+        err += tracer.communicate(timeout=60)[1]
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert tracer.returncode == 0, tracer.stderr
-    assert "attached in the middle of a forward" in tracer.stderr, tracer.stderr
-    assert "2 modules were running on 1 threads at the attach" in tracer.stderr, tracer.stderr
+    assert tracer.returncode == 0, err
+    assert "attached in the middle of a forward" in err, err
+    assert "2 modules were running on 1 threads at the attach" in err, err
     events = [e for e in load(out) if e["event"] != "header"]
     first = [(e["event"], e["module"], e["type"], e["depth"], e["forward"], e["call"],
               e.get("orphan")) for e in events[:8]]
@@ -142,7 +146,7 @@ def test_attach_mid_forward_on_every_version(evmbpf, kind, name, tmp_path):
         ("exit", "layers.3", "Identity", 0, 0, 2, None),
         ("enter", "head", "Identity", 0, 0, 3, None),
         ("exit", "head", "Identity", 0, 0, 3, None),
-        ("exit", "<root>", None, 0, 0, None, True)], tracer.stderr
+        ("exit", "<root>", None, 0, 0, None, True)], err
     whole = [dict(e, call=None) for e in load(ref)
              if e.get("forward", 0) >= 2 and e["event"] != "header"]
     ours = [dict(e, forward=e["forward"] + 1, call=None) for e in events[8:]]

@@ -13,7 +13,7 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
                             Attached, compare_traces, load, run_launch, run_reference,
-                            torch_major)
+                            torch_major, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -167,7 +167,10 @@ def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
     next forwards are whole."""
     workload = os.path.join(OWN_WORKLOADS, "midforward.py")
     flag = tmp_path / "paused"
-    env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_PAUSE="8")
+    resume = tmp_path / "resume"
+    # paused until evmbpf says it is attached (60 s at most), however long loading takes
+    env = dict(os.environ, MIDFORWARD_FLAG=str(flag), MIDFORWARD_RESUME=str(resume),
+               MIDFORWARD_PAUSE="60")
     target = subprocess.Popen([HOST_PYTHON, os.path.join(REFERENCE, "run_workload.py"), workload],
                               env=env)
     deadline = time.monotonic() + 60
@@ -177,6 +180,8 @@ def test_attach_in_the_middle_of_a_forward(evmbpf, tmp_path):
     out = str(tmp_path / "t.jsonl")
     tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out],
                               stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, "attached to", 60)
+    resume.touch()
     assert target.wait(timeout=120) == 0
     assert tracer.wait(timeout=60) == 0, tracer.stderr.read()
     events = [e for e in load(out) if e["event"] != "header"]

@@ -1,5 +1,7 @@
 """A forward that pauses in its second layer the first time, so a tracer can attach in
-the middle of it. Set MIDFORWARD_FLAG to a path: it is created when the pause begins."""
+the middle of it. Set MIDFORWARD_FLAG to a path: it is created when the pause begins.
+The pause lasts MIDFORWARD_PAUSE seconds (3 by default), or, with MIDFORWARD_RESUME set
+to a path, until that file exists (MIDFORWARD_PAUSE seconds at most)."""
 import os
 import time
 
@@ -18,7 +20,14 @@ class Pause(nn.Module):
             flag = os.environ.get("MIDFORWARD_FLAG")
             if flag:
                 open(flag, "w").close()
-            time.sleep(float(os.environ.get("MIDFORWARD_PAUSE", "3")))
+            pause = float(os.environ.get("MIDFORWARD_PAUSE", "3"))
+            resume = os.environ.get("MIDFORWARD_RESUME")
+            if resume:  # until that file exists, MIDFORWARD_PAUSE seconds at most
+                deadline = time.monotonic() + pause
+                while not os.path.exists(resume) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep(pause)
         return x
 
 

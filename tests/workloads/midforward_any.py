@@ -1,7 +1,8 @@
 """midforward.py for any torch, the stand-in too: a forward that pauses in its second
 layer the first time, so that a tracer can attach in the middle of it. Set
-MIDFORWARD_FLAG to a path: it is created when the pause begins (MIDFORWARD_PAUSE
-seconds, 3 by default). nn.Module, nn.ModuleList and nn.Identity only, called with ints."""
+MIDFORWARD_FLAG to a path: it is created when the pause begins; MIDFORWARD_PAUSE and
+MIDFORWARD_RESUME as in midforward.py. nn.Module, nn.ModuleList and nn.Identity only,
+called with ints."""
 import os
 import time
 
@@ -19,7 +20,14 @@ class Pause(nn.Module):
             flag = os.environ.get("MIDFORWARD_FLAG")
             if flag:
                 open(flag, "w").close()
-            time.sleep(float(os.environ.get("MIDFORWARD_PAUSE", "3")))
+            pause = float(os.environ.get("MIDFORWARD_PAUSE", "3"))
+            resume = os.environ.get("MIDFORWARD_RESUME")
+            if resume:  # until that file exists, MIDFORWARD_PAUSE seconds at most
+                deadline = time.monotonic() + pause
+                while not os.path.exists(resume) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep(pause)
         return x
 
 

@@ -1261,10 +1261,9 @@ static __always_inline __u64 current_tstate(void)
 	return gil ? rd64(gil + pyo.gil_last_holder) : 0;
 }
 
-/* The running thread's innermost Python frame. */
-static __always_inline __u64 current_frame(void)
+/* A thread's innermost Python frame. */
+static __always_inline __u64 tstate_frame(__u64 tstate)
 {
-	__u64 tstate = current_tstate();
 	if (!tstate)
 		return 0;
 	__u64 frame = rd64(tstate + pyo.tstate_frame);
@@ -1281,7 +1280,7 @@ static __always_inline void report_stack(int may_hold)
 	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
 	if (!r || !cfg.runtime)
 		return;
-	__u64 frame = current_frame();
+	__u64 frame = tstate_frame(current_tstate());
 	/* 3.9/3.10 frames are PyFrameObjects, 3.11+ _PyInterpreterFrames */
 	__u16 code_at = pyo.version <= 310 ? pyo.frameobj_code : pyo.iframe_code;
 	__u32 n = 0;
@@ -1372,10 +1371,8 @@ static __always_inline void check_orphans(void)
 	struct orphan_list *o = tstate ? bpf_map_lookup_elem(&orphans, &tstate) : NULL;
 	if (!o)
 		return;
-	struct orphan_walk w = { .o = o, .n = o->n < ORPHANS_MAX ? o->n : ORPHANS_MAX };
-	w.frame = rd64(tstate + pyo.tstate_frame);
-	if (pyo.tstate_cframe && w.frame)
-		w.frame = rd64(w.frame + pyo.cframe_frame);
+	struct orphan_walk w = { .o = o, .n = o->n < ORPHANS_MAX ? o->n : ORPHANS_MAX,
+				 .frame = tstate_frame(tstate) };
 	bpf_loop(ORPHAN_WALK_MAX, orphan_step, &w, 0);
 	__u32 n = w.n, live = w.live;
 	if (live == (1u << n) - 1)

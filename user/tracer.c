@@ -391,18 +391,28 @@ static int prepare(struct session *s, pid_t pid)
 
 /* The process has exited: gone, or a zombie its parent has not reaped yet (kill(2)
  * still finds those). */
+/* The state letter of a /proc/.../stat file (R, S, T, Z, ...); 0 when it cannot be
+ * read (errno says why, ENOENT: the task is gone). */
+static char stat_state(const char *path)
+{
+	char line[512];
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	errno = 0;
+	return p && p[1] ? p[2] : 0;
+}
+
 static int process_gone(pid_t pid)
 {
 	if (kill(pid, 0) && errno == ESRCH)
 		return 1;
-	char path[64], line[512];
+	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return errno == ENOENT;
-	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-	fclose(f);
-	return p && (p[2] == 'Z' || p[2] == 'X');
+	char state = stat_state(path);
+	return state ? state == 'Z' || state == 'X' : errno == ENOENT;
 }
 
 /* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
@@ -544,14 +554,10 @@ static int wait_stopped(pid_t pid, int timeout_ms)
 		while ((e = readdir(d))) {
 			if (e->d_name[0] == '.')
 				continue;
-			char path[384], line[512];
+			char path[384];
 			snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
-			FILE *f = fopen(path, "re");
-			if (!f)
-				continue;
-			char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-			fclose(f);
-			if (p && p[1] && p[2] != 'T' && p[2] != 't' && p[2] != 'Z' && p[2] != 'X')
+			char state = stat_state(path);
+			if (state && !strchr("TtZX", state))
 				running = 1;
 		}
 		closedir(d);

@@ -1,8 +1,9 @@
-"""midforward.py for any torch, the stand-in too: a forward that pauses in its second
-layer the first time, so that a tracer can attach in the middle of it. Set
-MIDFORWARD_FLAG to a path: it is created when the pause begins; MIDFORWARD_PAUSE and
-MIDFORWARD_RESUME as in midforward.py. nn.Module, nn.ModuleList and nn.Identity only,
-called with ints."""
+"""A forward that pauses in its second layer the first time, so that a tracer can attach
+in the middle of it, on any torch, the stand-in too (nn.Module, nn.ModuleList and
+nn.Identity only, called with ints; midforward.py has real layers around the same Pause).
+Set MIDFORWARD_FLAG to a path: it is created when the pause begins. The pause lasts
+MIDFORWARD_PAUSE seconds (3 by default), or, with MIDFORWARD_RESUME set to a path, until
+that file exists (MIDFORWARD_PAUSE seconds at most)."""
 import os
 import time
 

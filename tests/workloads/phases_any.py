@@ -1,6 +1,8 @@
-"""phases_more.py for any torch, the stand-in too (nn.Module and nn.Identity, called
-with ints): phase markers nested, left by an exception that a module raised, left by an
-exception raised in the marker's own block, and re-entered in a hook."""
+"""Phase markers in the harder cases: nested, left by an exception that a module raised,
+left by an exception raised in the marker's own block, and re-entered in a hook.
+
+Runs on any torch, the stand-in too (nn.Module and nn.Identity, called with ints);
+phases_more.py runs the same work on real layers and tensors."""
 from torch import nn
 
 from evalmetry.debug import phase
@@ -14,18 +16,18 @@ class Fragile(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self):
+    def __init__(self, lin=None, norm=None):
         super().__init__()
-        self.lin = nn.Identity()
+        self.lin = nn.Identity() if lin is None else lin
         self.fragile = Fragile()
-        self.norm = nn.Identity()
+        self.norm = nn.Identity() if norm is None else norm
 
     def forward(self, x, fail=False):
         return self.norm(self.fragile(self.lin(x), fail=fail))
 
 
-def build():
-    model = Model()
+def build(model=None):
+    model = Model() if model is None else model
 
     def lens(module, args, output):
         with phase("signal_collection"):
@@ -35,8 +37,7 @@ def build():
     return model
 
 
-def run(model):
-    x = 1
+def run(model, x=1):
     model(x)                                   # other
     with phase("generate"):
         with phase("model_forward"):

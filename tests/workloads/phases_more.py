@@ -1,57 +1,18 @@
-"""Phase markers in the harder cases: nested, left by an exception that a module raised,
-left by an exception raised in the marker's own block, and re-entered in a hook."""
+"""phases_any.py's phase markers (nested, left by exceptions, re-entered in a hook) on
+real layers and tensors: nn.Linear and nn.LayerNorm around the failing module."""
+import os
+import sys
+
 import torch
 from torch import nn
 
-from evalmetry.debug import phase
-
-
-class Fragile(nn.Module):
-    def forward(self, x, fail=False):
-        if fail:
-            raise RuntimeError("inner failure")
-        return x + 1
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(4, 4)
-        self.fragile = Fragile()
-        self.norm = nn.LayerNorm(4)
-
-    def forward(self, x, fail=False):
-        return self.norm(self.fragile(self.lin(x), fail=fail))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import phases_any  # noqa: E402
 
 
 def build():
-    model = Model()
-
-    def lens(module, args, output):
-        with phase("signal_collection"):
-            model.norm(output)
-
-    model.lin.register_forward_hook(lens)
-    return model
+    return phases_any.build(phases_any.Model(nn.Linear(4, 4), nn.LayerNorm(4)))
 
 
 def run(model):
-    x = torch.ones(2, 4)
-    model(x)                                   # other
-    with phase("generate"):
-        with phase("model_forward"):
-            model(x)                           # model_forward, lens in signal_collection
-        model(x)                               # generate
-        try:
-            with phase("model_forward"):
-                model(x, fail=True)            # left by the module's exception
-        except RuntimeError:
-            pass
-        model(x)                               # generate again
-    try:
-        with phase("scoring"):
-            model(x)
-            raise ValueError("left by the block itself")
-    except ValueError:
-        pass
-    model(x)                                   # other
+    phases_any.run(model, torch.ones(2, 4))

@@ -32,11 +32,24 @@ endif
 BPF_SRCS  := $(wildcard bpf/*.bpf.c)
 BPF_OBJS  := $(patsubst bpf/%.bpf.c,$(BUILD)/%.bpf.o,$(BPF_SRCS))
 SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/%.skel.h,$(BPF_SRCS))
-USER_SRCS := $(wildcard user/*.c)
-USER_OBJS := $(patsubst user/%.c,$(BUILD)/%.o,$(USER_SRCS))
+
+# user/: main.c, and one folder a part. Each part sees its own headers and common/'s
+# only, so the readers cannot come to depend on the collector (or the other way).
+COMMON_SRCS    := $(wildcard user/common/*.c)
+READER_SRCS    := $(wildcard user/readers/*.c)
+COLLECTOR_SRCS := $(wildcard user/collector/*.c)
+USER_SRCS := user/main.c $(COMMON_SRCS) $(READER_SRCS) $(COLLECTOR_SRCS)
+USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS))
+DEPFILES  := $(USER_OBJS:.o=.d) $(BPF_OBJS:.o=.d)
+
+$(BUILD)/user/common/%.o:    INCS := -Iuser/common
+$(BUILD)/user/readers/%.o:   INCS := -Iuser/common -Iuser/readers
+$(BUILD)/user/collector/%.o: INCS := -Iuser/common -Iuser/collector
+$(BUILD)/user/main.o:        INCS := -Iuser/common -Iuser/collector -Iuser/readers
 
 .DELETE_ON_ERROR:
-.PHONY: all clean test test-matrix demo bench install deps fuzz
+.SECONDARY: $(BPF_OBJS)
+.PHONY: all clean test test-matrix demo bench install deps fuzz check-deps
 
 all: $(BUILD)/evmbpf
 
@@ -51,14 +64,21 @@ $(BUILD)/%.skel.h: $(BUILD)/%.bpf.o
 	$(call msg,GEN-SKEL,$@)
 	$(Q)$(BPFTOOL) gen skeleton $< name $(subst -,_,$*)_bpf > $@
 
-# Every user object may include a skeleton: build them first.
-$(USER_OBJS): $(BUILD)/%.o: user/%.c $(SKELS) | $(BUILD)
+# The collector (and main.c, through tracer.h) includes the skeletons: build them first.
+$(filter $(BUILD)/user/collector/%,$(USER_OBJS)) $(BUILD)/user/main.o: $(SKELS)
+
+$(USER_OBJS): $(BUILD)/user/%.o: user/%.c
 	$(call msg,CC,$@)
-	$(Q)$(CC) $(CFLAGS) -c $< -o $@
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(INCS) -c $< -o $@
 
 $(BUILD)/evmbpf: $(USER_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# Every header's change rebuilds each object that includes it, directly or not.
+check-deps: $(BUILD)/evmbpf
+	$(PYTHON) scripts/check-deps.py
 
 deps:
 	scripts/install-deps.sh
@@ -87,4 +107,4 @@ install: $(BUILD)/evmbpf
 clean:
 	rm -rf $(BUILD)
 
--include $(wildcard $(BUILD)/*.d)
+-include $(wildcard $(DEPFILES))

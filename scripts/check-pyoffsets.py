@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check user/pyoffsets.c against the live interpreter running this script.
+"""Check user/collector/pyoffsets.c against the live interpreter running this script.
 
     python3.X scripts/check-pyoffsets.py [path/to/pyoffsets.c]
 

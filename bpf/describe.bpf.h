@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: GPL-2.0
+/* describe: the _describe walk.
+ *
+ * The _describe walk over a call's args, kwargs or output: depth 2, width 8, a bpf_loop
+ * over a stack of cursors (values.bpf.h), and the record's start (begin) and hand-off to
+ * the ring buffer (finish). */
+#ifndef EVMBPF_DESCRIBE_BPF_H
+#define EVMBPF_DESCRIBE_BPF_H
+
+#include "values.bpf.h"
+#include "kvcache.bpf.h"
+
+static long describe_step(__u32 idx, void *ctx)
+{
+	struct scratch *s = ((struct loop_ctx *)ctx)->p;
+	if (!s || !s->nstack)
+		return 1;
+	if (s->off > REC_BUF_SIZE - NODE_MAX_SIZE) {
+		s->flags |= REC_F_TRUNCATED;
+		return 1;
+	}
+	struct work *w = &s->stack[(s->nstack - 1) & (STACK_MAX - 1)];
+	__u8 depth = w->depth;
+	__u64 obj;
+	int placeholder = 0;
+	int is_key = 0;
+
+	switch (w->kind) {
+	case W_SEQ:
+		obj = rd64(w->base + (__u64)w->index * 8);
+		/* a live tuple or list holds no NULL: its item array could not be read */
+		placeholder = !obj;
+		if (++w->index >= w->count)
+			s->nstack--;
+		break;
+	case W_DICT:
+		if (w->phase == 0) {
+			if (w->scanned >= w->limit || w->scanned >= 4096) {
+				/* fewer live entries than ma_used said: changed under us */
+				placeholder = 1;
+				obj = 0;
+				w->value = 0;
+			} else {
+				__u64 kv[2] = {};
+				__u64 at = w->base + (__u64)w->scanned * w->esize + w->koff;
+				w->scanned++;
+				if (bpf_probe_read_user(kv, sizeof(kv), (void *)at))
+					kv[0] = 0;
+				if (!kv[0] || !kv[1])
+					return 0; /* a deleted entry */
+				obj = kv[0];
+				w->value = kv[1];
+				is_key = 1;
+			}
+			w->phase = 1;
+		} else {
+			obj = w->value;
+			placeholder = !obj;
+			w->phase = 0;
+			if (++w->index >= w->count)
+				s->nstack--;
+		}
+		break;
+	default:
+		obj = w->base;
+		s->nstack--;
+	}
+
+	struct dnode *n = node_here(s);
+	n->depth = depth;
+	n->flags = 0;
+	n->items = 0;
+	n->len = 0;
+	n->pad = 0;
+	n->type = 0;
+	if (placeholder) {
+		n->kind = N_UNREADABLE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	if (!obj) {
+		n->kind = N_ABSENT;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	if (obj == cfg.none_obj) {
+		n->kind = N_NONE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	__u64 type = 0;
+	if (bpf_probe_read_user(&type, 8, (void *)(obj + 8)) || !type) {
+		n->kind = N_UNREADABLE;
+		commit(s, n, sizeof(*n));
+		return 0;
+	}
+	n->type = type;
+	__u8 kind = classify_type(type);
+	switch (kind) {
+	case T_BOOL:
+	case T_INT:
+		emit_int(s, n, obj, kind);
+		break;
+	case T_FLOAT:
+		n->kind = N_FLOAT;
+		*(__u64 *)(n + 1) = rd64(obj + pyo.float_value);
+		commit(s, n, sizeof(*n) + 8);
+		break;
+	case T_STR:
+		n->kind = N_STR;
+		emit_str(s, n, obj);
+		break;
+	case T_TUPLE:
+	case T_LIST:
+		expand_seq(s, n, obj, kind, depth, is_key);
+		break;
+	case T_DICT:
+		expand_dict(s, n, obj, depth);
+		break;
+	case T_TENSOR:
+		n->kind = N_TENSOR;
+		emit_tensor(s, n, obj);
+		break;
+	case T_CACHE:
+		emit_cache(s, n, obj);
+		break;
+	default:
+		n->kind = N_OTHER;
+		commit(s, n, sizeof(*n));
+	}
+	return 0;
+}
+
+static __always_inline void describe(struct scratch *s)
+{
+	struct loop_ctx lc = { .p = s };
+	bpf_loop(1024, describe_step, &lc, 0);
+}
+
+static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
+{
+	__u32 zero = 0;
+	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
+	if (!s)
+		return NULL;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct rec_call *r = (void *)s->buf;
+	r->hdr.kind = kind;
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->self = self;
+	r->sp = sp;
+	s->off = sizeof(*r);
+	s->nstack = 0;
+	s->nodes = 0;
+	s->flags = 0;
+	return s;
+}
+
+static __always_inline void finish(struct scratch *s)
+{
+	struct rec_call *r = (void *)s->buf;
+	__u32 size = s->off;
+	if (size > REC_BUF_SIZE)
+		size = REC_BUF_SIZE;
+	r->hdr.size = size;
+	r->flags |= s->flags;
+	r->nodes = s->nodes;
+	if (s->flags & REC_F_TRUNCATED)
+		__sync_fetch_and_add(&truncated_records, 1);
+	if (bpf_ringbuf_output(&events, s->buf, size, rb_flags(r->flags))) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&dropped_bytes, size);
+	}
+}
+
+#endif /* EVMBPF_DESCRIBE_BPF_H */

@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: GPL-2.0
+/* values: describing one value.
+ *
+ * One value of a call (an argument, a keyword argument, the output), read while the
+ * target thread is stopped in the probe, because the tuples, dicts and tensors are gone
+ * or changed by the time user space could look: a tensor's TensorImpl (sizes, strides,
+ * dtype, device, through the layout user space validated), a str's compact data, an
+ * int's digits, a float, and the item arrays of tuples, lists and dicts. Each becomes a
+ * node (include/evmbpf.h) in the record being built in the per-CPU scratch buffer. */
+#ifndef EVMBPF_VALUES_BPF_H
+#define EVMBPF_VALUES_BPF_H
+
+#include "state.bpf.h"
+#include "types.bpf.h"
+
+#define STACK_MAX 32
+#define ROOT_DEPTH 255
+
+/* Pending work, innermost last: one object, or a cursor over a container's items. */
+enum work_kind { W_ONE = 1, W_SEQ, W_DICT };
+
+struct work {
+	__u64 base;     /* W_ONE: the object; W_SEQ: the item array; W_DICT: the entries */
+	__u64 value;    /* W_DICT: the value of the entry whose key was just described */
+	__u32 index;    /* items described so far */
+	__u32 count;    /* items to describe */
+	__u32 scanned;  /* W_DICT: entries looked at (deleted ones are skipped) */
+	__u32 limit;    /* W_DICT: dk_nentries */
+	__u8 kind;
+	__u8 depth;     /* of the items */
+	__u8 esize;     /* W_DICT: entry size */
+	__u8 koff;      /* W_DICT: key offset in an entry (value follows it) */
+	__u8 phase;     /* W_DICT: 0 key next, 1 value next */
+	__u8 pad[3];
+};
+
+struct scratch {
+	__u32 off;
+	__u32 nstack;
+	__u32 nodes;
+	__u32 flags;
+	struct work stack[STACK_MAX];
+	__u8 tmp[256];   /* TENSOR_CHUNK and more: indexes are masked with 255 */
+	__u8 buf[REC_BUF_SIZE + NODE_MAX_SIZE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch_map SEC(".maps");
+
+static __always_inline __u64 rb_flags(__u32 rec_flags)
+{
+	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
+		return 0;
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									     : BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline struct dnode *node_here(struct scratch *s)
+{
+	return (struct dnode *)&s->buf[s->off & REC_BUF_MASK];
+}
+
+static __always_inline struct work *push(struct scratch *s, __u8 kind, __u64 base, __u8 depth)
+{
+	__u32 i = s->nstack;
+	if (i >= STACK_MAX) {
+		s->flags |= REC_F_TRUNCATED;
+		return NULL;
+	}
+	struct work *w = &s->stack[i & (STACK_MAX - 1)];
+	w->kind = kind;
+	w->base = base;
+	w->depth = depth;
+	w->index = 0;
+	w->count = 0;
+	w->scanned = 0;
+	w->limit = 0;
+	w->phase = 0;
+	s->nstack = i + 1;
+	return w;
+}
+
+/* Finish a node of `size` bytes written at the current offset. */
+static __always_inline void commit(struct scratch *s, struct dnode *n, __u32 size)
+{
+	size = (size + 7) & ~7u;
+	n->size = size;
+	s->off += size;
+	s->nodes++;
+}
+
+static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u64 obj)
+{
+	struct dnode_tensor *t = (void *)(n + 1);
+	__u32 hint = layout_hint;
+	__u32 found = 0;
+
+	t->ndim = 0;
+	t->numel = 0;
+	t->layout = 0;
+	t->device_set = 0;
+	t->dtype_meta = 0;
+	for (__u32 k = 0; k <= TENSOR_LAYOUTS; k++) {
+		/* the layout that matched last time first, then all in order */
+		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
+		if (li >= TENSOR_LAYOUTS || li >= n_layouts)
+			continue;
+		__u64 impl = rd64(obj + layouts[li].impl_off);
+		if (!impl)
+			continue;
+		__u64 back = rd64(impl + layouts[li].backptr_off);
+		if ((back & ~1ULL) != obj)
+			continue;
+		found = li + 1;
+		break;
+	}
+	if (!found) {
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	__u32 li = found - 1;
+	if (li >= TENSOR_LAYOUTS)
+		return;
+	if (found != hint)
+		layout_hint = found;
+	__u64 impl = rd64(obj + layouts[li].impl_off);
+	__u16 base = layouts[li].backptr_off;
+	if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
+		__sync_fetch_and_add(&read_faults, 1);
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	__u32 so = (layouts[li].sizes_off - base) & 63;
+	__u32 no = (layouts[li].numel_off - base) & 255;
+	__u32 dto = (layouts[li].dtype_off - base) & 255;
+	__u32 dvo = (layouts[li].device_off - base) & 255;
+	if (no > TENSOR_CHUNK - 8 || dto > TENSOR_CHUNK - 8 || dvo > TENSOR_CHUNK - 6)
+		return;
+	__u64 ndim = *(__u64 *)&s->tmp[so];
+	__u64 sizes_at = 0; /* torch 1.7: the sizes_ vector's begin */
+	if (layouts[li].sizes_kind == 1) {
+		__u64 end = *(__u64 *)&s->tmp[(so + 8) & 255];
+		sizes_at = ndim;
+		ndim = end >= sizes_at && !((end - sizes_at) & 7) ? (end - sizes_at) / 8 : 255;
+	}
+	t->numel = *(__s64 *)&s->tmp[no];
+	t->dtype_meta = 0;
+	if (layouts[li].dtype_kind == 1) {
+		t->dtype = DTYPE_META;
+		t->dtype_meta = *(__u64 *)&s->tmp[dto];
+	} else {
+		t->dtype = s->tmp[dto];
+	}
+	if (layouts[li].device_order == 0) {
+		t->device_set = s->tmp[dvo];
+		t->device_type = s->tmp[(dvo + 1) & 255];
+		t->device_index = (__s8)s->tmp[(dvo + 2) & 255];
+	} else if (layouts[li].device_order == 2) {
+		t->device_set = s->tmp[dvo];
+		t->device_type = s->tmp[(dvo + 2) & 255];
+		t->device_index = (__s8)s->tmp[(dvo + 4) & 255];
+	} else {
+		t->device_set = s->tmp[(dvo + 2) & 255];
+		t->device_type = s->tmp[dvo];
+		t->device_index = (__s8)s->tmp[(dvo + 1) & 255];
+	}
+	t->layout = found;
+	if (ndim > TENSOR_MAX_DIMS) {
+		t->ndim = 255;
+		commit(s, n, sizeof(*n) + sizeof(*t));
+		return;
+	}
+	t->ndim = ndim;
+	if (sizes_at) {
+		if (ndim && bpf_probe_read_user(t->sizes, (ndim & 31) * 8, (void *)sizes_at)) {
+			t->ndim = 254;
+			ndim = 0;
+		}
+	} else if (ndim <= 5) {
+		for (int d = 0; d < 5; d++)
+			if (d < ndim)
+				t->sizes[d] = *(__s64 *)&s->tmp[(so + 8 + d * 8) & 127];
+	} else {
+		__u64 heap = *(__u64 *)&s->tmp[(so + 8) & 127];
+		if (bpf_probe_read_user(t->sizes, (ndim & 15) * 8 + 8, (void *)heap)) {
+			t->ndim = 254;
+			ndim = 0;
+		}
+	}
+	commit(s, n, sizeof(*n) + sizeof(*t) + 8 * (ndim & 31));
+}
+
+static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 obj)
+{
+	__u64 len = rd64(obj + pyo.str_length);
+	__u32 state = (__u32)rd64(obj + pyo.str_state);
+	__u32 kind = (state >> 2) & 7;
+	__u32 compact = (state >> 5) & 1;
+	__u32 ascii = (state >> 6) & 1;
+	if (!compact || (kind != 1 && kind != 2 && kind != 4)) {
+		n->kind = N_OTHER;
+		commit(s, n, sizeof(*n));
+		return;
+	}
+	if (len > STR_MAX_CHARS)
+		len = STR_MAX_CHARS;
+	__u32 bytes = (len * kind) & 255;
+	if (bytes > STR_MAX_BYTES)
+		bytes = STR_MAX_BYTES;
+	__u64 data = obj + (ascii ? pyo.str_ascii_data : pyo.str_compact_data);
+	n->len = len;
+	n->flags = kind;
+	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)data)) {
+		n->kind = N_UNREADABLE;
+		bytes = 0;
+	}
+	commit(s, n, sizeof(*n) + bytes);
+}
+
+static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 obj, __u8 kind)
+{
+	__s64 ndig;
+	__u16 flags = 0;
+	if (pyo.long_tag) {
+		__u64 tag = rd64(obj + pyo.long_tag);
+		ndig = tag >> 3;
+		if ((tag & 3) == 2)
+			flags |= N_F_NEGATIVE;
+		if ((tag & 3) == 1)
+			ndig = 0;
+	} else {
+		ndig = (__s64)rd64(obj + 16);
+		if (ndig < 0) {
+			flags |= N_F_NEGATIVE;
+			ndig = -ndig;
+		}
+	}
+	if (ndig > INT_MAX_DIGITS) {
+		flags |= N_F_CUT;
+		ndig = 0;
+	}
+	n->kind = kind == T_BOOL ? N_BOOL : N_INT;
+	n->flags = flags;
+	n->len = ndig;
+	__u32 bytes = (ndig * 4) & 511;
+	if (bytes > INT_MAX_DIGITS * 4)
+		bytes = INT_MAX_DIGITS * 4;
+	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)(obj + pyo.long_digits))) {
+		n->kind = N_UNREADABLE;
+		bytes = 0;
+	}
+	commit(s, n, sizeof(*n) + bytes);
+}
+
+/* A tuple or list: the node, then a cursor over its first items. */
+static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64 obj,
+				       __u8 kind, __u8 depth, int is_key)
+{
+	__s64 len = (__s64)rd64(obj + 16);
+	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
+	if (len < 0)
+		len = 0;
+	n->kind = kind == T_TUPLE ? N_TUPLE : N_LIST;
+	n->len = len;
+	__u32 items = len < width ? len : width;
+	/* a tuple used as a dict key is read at any depth: str(key) is its repr */
+	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH && !(is_key && kind == T_TUPLE))
+		items = 0;
+	n->items = items;
+	commit(s, n, sizeof(*n));
+	if (!items)
+		return;
+	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : rd64(obj + pyo.list_items);
+	struct work *w = push(s, W_SEQ, arr, depth == ROOT_DEPTH ? 0 : depth + 1);
+	if (w)
+		w->count = items;
+	else
+		n->items = 0;
+}
+
+/* Where a dict keys object's entries start, their size, and the key's offset in one
+ * (the value follows the key). 3.9/3.10: {hash, key, value} after dk_size indices;
+ * 3.11+: after 1 << dk_log2_index_bytes bytes of indices, {key, value} when dk_kind != 0. */
+static __always_inline __u64 dict_entries(__u64 keys, __u8 *esize, __u8 *koff)
+{
+	if (pyo.dk_size) {
+		__u64 size = rd64(keys + pyo.dk_size);
+		__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+		*esize = 24;
+		*koff = 8;
+		return keys + pyo.dk_indices + size * ib;
+	}
+	__u8 log2_index = 0, dkind = 0;
+	bpf_probe_read_user(&log2_index, 1, (void *)(keys + pyo.dk_log2_index_bytes));
+	bpf_probe_read_user(&dkind, 1, (void *)(keys + pyo.dk_kind));
+	*esize = dkind ? 16 : 24;
+	*koff = dkind ? 0 : 8;
+	return keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+}
+
+/* A dict: the node, then a cursor over its entries (combined tables only). */
+static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
+{
+	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
+	__u64 used = rd64(obj + pyo.dict_used);
+	__u64 keys = rd64(obj + pyo.dict_keys);
+	__u64 values = rd64(obj + pyo.dict_values);
+	__u32 items = used < width ? used : width;
+
+	n->kind = N_DICT;
+	n->len = used;
+	if ((depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH) || values || !keys)
+		items = 0;
+	n->items = items;
+	commit(s, n, sizeof(*n));
+	if (!items)
+		return;
+	__u8 esize, koff;
+	__u64 entries = dict_entries(keys, &esize, &koff);
+	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
+	if (!w) {
+		n->items = 0;
+		return;
+	}
+	w->count = items;
+	w->limit = rd64(keys + pyo.dk_nentries);
+	w->esize = esize;
+	w->koff = koff;
+}
+
+#endif /* EVMBPF_VALUES_BPF_H */

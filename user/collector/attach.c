@@ -1,0 +1,106 @@
+/* --pid: attach to a running process (the modules already running are watched for
+ * their orphan exits). */
+#include "session.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "procstate.h"
+#include "util.h"
+
+/* --pid: the modules running on each thread when the probes went live. A uretprobe arms
+ * at a call's entry, so their returns are not seen that way: the BPF side watches their
+ * frames instead (struct orphan_list) and says when they are gone, as the exit hooks of
+ * a tracer registered at this moment would fire without an entry (`orphan` exits).
+ * Read with the target stopped, where stopping it is safe (as for the first call's hold). */
+static void watch_running_modules(struct session *s)
+{
+	struct target *t = &s->target;
+	const struct py_offsets *o = t->off;
+	const struct pyreader *r = &t->reader;
+	if (!s->skel || !t->runtime || !s->skel->bss->hold_next)
+		return;
+	/* stopped already (by its user, or a debugger): read it as it is, and leave it so */
+	int stopped_before = !wait_stopped(t->pid, 0);
+	if (!stopped_before) {
+		if (kill(t->pid, SIGSTOP))
+			return;
+		if (wait_stopped(t->pid, 500))
+			debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
+	}
+	uint64_t interp = pm_u64(r, t->runtime + o->runtime_interp_head, NULL);
+	uint64_t ts = interp ? pm_u64(r, interp + o->interp_threads_head, NULL) : 0;
+	unsigned threads = 0, modules = 0;
+	for (int n = 0; ts && n < 1024; n++, ts = pm_u64(r, ts + o->tstate_next, NULL)) {
+		uint64_t frames[64], firsts[64], selves[64], prev = 0;
+		unsigned k = 0;
+		uint64_t f = pm_u64(r, ts + o->tstate_frame, NULL);
+		if (o->tstate_cframe && f)
+			f = pm_u64(r, f + o->cframe_frame, NULL);
+		for (int depth = 0; f && depth < 256 && k < 64;
+		     depth++, f = pm_u64(r, f + o->frame_back, NULL)) {
+			uint64_t code = o->version <= 310 ? pm_u64(r, f + o->frameobj_code, NULL)
+							  : pm_u64(r, f + o->iframe_code, NULL) & ~3ULL;
+			uint64_t first = pm_u64(r, f + o->iframe_localsplus, NULL) & ~3ULL;
+			if (!code || !trace_is_module_call(&s->trace, code, first))
+				continue;
+			uint64_t self = trace_first_object(&s->trace, first);
+			if (verbose > 1)
+				debugx("thread state %#lx: a module call in frame %#lx, self %#lx",
+				       (unsigned long)ts, (unsigned long)f, (unsigned long)self);
+			if (self == prev) { /* torch 2: _wrapped_call_impl around _call_impl */
+				frames[k - 1] = f;
+				firsts[k - 1] = first;
+				continue;
+			}
+			frames[k] = f;
+			firsts[k] = first;
+			selves[k++] = prev = self;
+		}
+		if (!k)
+			continue;
+		/* innermost first; deeper than ORPHANS_MAX, the outermost (the model) are kept */
+		struct orphan_list l = { .n = k < ORPHANS_MAX ? k : ORPHANS_MAX };
+		memcpy(l.frame, frames + (k - l.n), l.n * sizeof(l.frame[0]));
+		memcpy(l.first, firsts + (k - l.n), l.n * sizeof(l.first[0]));
+		memcpy(l.self, selves + (k - l.n), l.n * sizeof(l.self[0]));
+		if (!bpf_map__update_elem(s->skel->maps.orphans, &ts, sizeof(ts), &l, sizeof(l),
+					  BPF_ANY)) {
+			threads++;
+			modules += l.n;
+		}
+	}
+	s->skel->bss->orphans_pending = threads;
+	if (!stopped_before)
+		kill(t->pid, SIGCONT);
+	if (threads)
+		debugx("%u modules were running on %u threads at the attach", modules, threads);
+}
+
+int run_attach(const struct tracer_opts *opts)
+{
+	struct session s = { .opts = opts };
+	s.target.root_fd = -1;
+	if (session_prepare(&s, opts->pid)) {
+		session_detach(&s);
+		if (s.trace.out) {
+			trace_close(&s.trace);
+			if (strcmp(opts->out, "-"))
+				unlink(opts->out);
+		}
+		evmbpf_bpf__destroy(s.skel);
+		return 1;
+	}
+	watch_running_modules(&s);
+	session_announce(&s);
+	session_collect(&s, 0);
+	int rc = session_finish(&s);
+	if (stop_signal)
+		fprintf(stderr, "detached from %d\n", opts->pid);
+	else if (s.execed)
+		fprintf(stderr, "%d exec'd another program: the trace ends here, the new program "
+			"is not traced\n", opts->pid);
+	return rc ? 1 : 0;
+}

@@ -1,0 +1,260 @@
+/* The end of a trace: the `error` event for an uncaught exception (its message, and
+ * its traceback as Python formats it, lines from 3.11+'s location tables and the source
+ * files read through the target's root), a signal or an exit with modules running;
+ * then the frames still open, unwound. */
+#include "trace_parts.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jsonw.h"
+
+static void source_line(struct trace *t, const char *file, int lineno, struct buf *out)
+{
+	if (lineno <= 0 || file[0] != '/' || t->target->root_fd < 0)
+		return;
+	int fd = openat(t->target->root_fd, file + 1, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	FILE *f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	int n = 0;
+	while (getline(&line, &cap, f) >= 0) {
+		if (++n < lineno)
+			continue;
+		char *p = line, *end = line + strlen(line);
+		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
+			p++;
+		while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' ||
+				   end[-1] == '\r' || end[-1] == '\f' || end[-1] == '\v'))
+			*--end = 0;
+		if (*p)
+			buf_printf(out, "    %s\n", p);
+		break;
+	}
+	free(line);
+	fclose(f);
+}
+
+/* The exception's message as UTF-8: msg holds msg_len code points of msg_kind bytes
+ * (1: Latin-1, which ASCII is part of; 2: UCS-2; 4: UCS-4), or a C string (kind 0). */
+static void exc_message_utf8(const struct rec_exception *e, char *dst, size_t cap)
+{
+	size_t o = 0;
+	unsigned kind = e->msg_kind;
+	dst[0] = 0;
+	if (e->msg_len <= 0)
+		return;
+	if (kind != 1 && kind != 2 && kind != 4) {
+		snprintf(dst, cap, "%.*s", EXC_MSG_MAX, e->msg);
+		return;
+	}
+	const uint8_t *d = (const uint8_t *)e->msg;
+	for (size_t i = 0; i < (size_t)e->msg_len && (i + 1) * kind <= EXC_MSG_MAX; i++) {
+		uint32_t c = kind == 1 ? d[i] : kind == 2 ? (uint32_t)d[2 * i] | (uint32_t)d[2 * i + 1] << 8
+				     : (uint32_t)d[4 * i] | (uint32_t)d[4 * i + 1] << 8 |
+				       (uint32_t)d[4 * i + 2] << 16 | (uint32_t)d[4 * i + 3] << 24;
+		if (o + 5 >= cap)
+			break;
+		if (c < 0x80) {
+			dst[o++] = (char)c;
+		} else if (c < 0x800) {
+			dst[o++] = (char)(0xc0 | (c >> 6));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		} else if (c < 0x10000) {
+			dst[o++] = (char)(0xe0 | (c >> 12));
+			dst[o++] = (char)(0x80 | ((c >> 6) & 0x3f));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		} else {
+			dst[o++] = (char)(0xf0 | (c >> 18));
+			dst[o++] = (char)(0x80 | ((c >> 12) & 0x3f));
+			dst[o++] = (char)(0x80 | ((c >> 6) & 0x3f));
+			dst[o++] = (char)(0x80 | (c & 0x3f));
+		}
+	}
+	dst[o] = 0;
+}
+
+/* CPython 3.11+ location table (Objects/locations.md): the line of the code unit at
+ * byte offset lasti; -1 when unknown. */
+static unsigned lt_varint(const uint8_t *lt, size_t n, size_t *i)
+{
+	unsigned v = 0, shift = 0;
+	while (*i < n) {
+		uint8_t b = lt[(*i)++];
+		v |= (unsigned)(b & 63) << shift;
+		shift += 6;
+		if (!(b & 64) || shift > 24)
+			break;
+	}
+	return v;
+}
+
+static int lt_svarint(const uint8_t *lt, size_t n, size_t *i)
+{
+	unsigned v = lt_varint(lt, n, i);
+	return v & 1 ? -(int)(v >> 1) : (int)(v >> 1);
+}
+
+static int line_from_table(const struct tb_entry *tb)
+{
+	const uint8_t *lt = tb->linetable;
+	size_t n = tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX, i = 0;
+	int line = tb->firstlineno, addr = 0, target = tb->lasti / 2;
+	while (i < n) {
+		uint8_t b = lt[i++];
+		if (!(b & 0x80))
+			return -1;
+		int code = (b >> 3) & 15, len = (b & 7) + 1, none = 0;
+		if (code == 15) {
+			none = 1;
+		} else if (code == 14) {
+			line += lt_svarint(lt, n, &i);
+			lt_varint(lt, n, &i);
+			lt_varint(lt, n, &i);
+			lt_varint(lt, n, &i);
+		} else if (code == 13) {
+			line += lt_svarint(lt, n, &i);
+		} else if (code >= 10) {
+			line += code - 10;
+			i += 2;
+		} else {
+			i += 1;
+		}
+		if (target < addr + len)
+			return none ? -1 : line;
+		addr += len;
+	}
+	return -1;
+}
+
+static const char *exc_short_name(const char *tp_name)
+{
+	const char *dot = strrchr(tp_name, '.');
+	return dot ? dot + 1 : tp_name;
+}
+
+static void write_error(struct trace *t, const char *exc_type, const char *message,
+			const struct rec_exception *e, uint32_t tid)
+{
+	struct thread_stack *s = NULL;
+	for (size_t i = 0; i < t->nthreads && !s; i++)
+		if (t->threads[i].tid == tid && t->threads[i].depth)
+			s = &t->threads[i];
+	for (size_t i = 0; i < t->nthreads && !s; i++)
+		if (t->threads[i].depth)
+			s = &t->threads[i];
+	const struct frame *deepest = s ? &s->frames[s->depth - 1] : NULL;
+
+	struct buf b = {0};
+	int first = 1;
+	buf_putc(&b, '{');
+	jw_key(&b, &first, "event"), jw_cstr(&b, "error");
+	jw_key(&b, &first, "exc_type"), jw_cstr(&b, exc_type);
+	jw_key(&b, &first, "message"), jw_cstr(&b, message);
+	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : DEFAULT_PHASE);
+	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
+	jw_key(&b, &first, "inspection"), jw_null(&b);
+	jw_key(&b, &first, "detected_at"), jw_null(&b);
+	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
+	jw_key(&b, &first, "samples"), jw_null(&b);
+	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	jw_key(&b, &first, "mem"), jw_null(&b);
+	jw_key(&b, &first, "traceback");
+	buf_putc(&b, '[');
+	if (e) {
+		/* traceback.format_exception(...)[-12:]: header, one string a frame, the last line */
+		size_t total = e->total_frames + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
+		int firstline = 1;
+		struct buf item = {0};
+#define ITEM()                                                       \
+	do {                                                         \
+		if (idx++ >= skip) {                                 \
+			if (!firstline)                              \
+				buf_puts(&b, ", ");                  \
+			firstline = 0;                               \
+			jw_str(&b, item.data ? item.data : "", item.len); \
+		}                                                    \
+		buf_free(&item);                                     \
+	} while (0)
+		buf_puts(&item, "Traceback (most recent call last):\n");
+		ITEM();
+		size_t have = e->nframes, start_frame = e->total_frames - have;
+		for (size_t k = 0; k < e->total_frames; k++) {
+			if (k < start_frame) {
+				idx++;
+				continue;
+			}
+			const struct tb_entry *tb = &e->tb[k % EXC_TB_MAX];
+			int lineno = tb->lineno >= 0 ? tb->lineno : line_from_table(tb);
+			buf_printf(&item, "  File \"%s\", line %d, in %s\n", tb->filename, lineno,
+				   tb->func);
+			source_line(t, tb->filename, lineno, &item);
+			ITEM();
+		}
+		if (message[0])
+			buf_printf(&item, "%s: %s\n", exc_type, message);
+		else
+			buf_printf(&item, "%s\n", exc_type);
+		ITEM();
+#undef ITEM
+	}
+	buf_putc(&b, ']');
+	trace_emit(t, &b, tid, 0);
+}
+
+void trace_finish(struct trace *t, int exit_code)
+{
+	if (t->ended)
+		return;
+	t->ended = 1;
+	/* what follows happened at the target's exit, or now (evmbpf detaches) */
+	struct timespec mono;
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	uint64_t now = (uint64_t)mono.tv_sec * 1000000000ULL + (uint64_t)mono.tv_nsec;
+	t->now_ns = t->end_ns ? t->end_ns : now;
+	trace_header(t);
+	if (exit_code >= 0 && (exit_code & 0x7f) && (exit_code & 0x7f) != 0x7f) {
+		int sig = exit_code & 0x7f;
+		char name[32], msg[96];
+		const char *abbrev = sigabbrev_np(sig);
+		snprintf(name, sizeof(name), "SIG%s", abbrev ? abbrev : "?");
+		snprintf(msg, sizeof(msg), "the process was killed by signal %d (%s)", sig,
+			 strsignal(sig));
+		write_error(t, name, msg, NULL, t->target->pid);
+		stacks_reconcile_all(t, "process exited");
+	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {
+		const struct rec_exception *e = t->last_exc;
+		const char *type = exc_short_name(e->type_name);
+		t->now_ns = e->hdr.ts_ns; /* when it reached the top */
+		char text[EXC_MSG_MAX * 4 + 4];
+		exc_message_utf8(e, text, sizeof(text));
+		char msg[sizeof(text) + 4];
+		if (e->msg_len < 0)
+			msg[0] = 0;
+		else if (!strcmp(type, "KeyError"))
+			snprintf(msg, sizeof(msg), "'%s'", text);
+		else
+			snprintf(msg, sizeof(msg), "%s", text);
+		write_error(t, type, msg, e, e->hdr.tid);
+		stacks_reconcile_all(t, "session ended");
+	} else if (exit_code >= 0 && (exit_code & 0x7f) == 0 && stacks_running(t)) {
+		/* it exited with modules still running: os._exit(), or exit() in native code */
+		char msg[160];
+		snprintf(msg, sizeof(msg), "the process exited with status %d while modules were "
+			 "running (os._exit() or exit() in native code)", (exit_code >> 8) & 0xff);
+		write_error(t, "exit", msg, NULL, t->target->pid);
+		stacks_reconcile_all(t, "process exited");
+	} else {
+		stacks_reconcile_all(t, "session ended");
+	}
+}

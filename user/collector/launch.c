@@ -1,0 +1,220 @@
+/* Launch mode: start the command held, follow its execs to the first Python, attach
+ * before its first instruction, and return the command's status. */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "elfsym.h"
+#include "launch.skel.h"
+#include "util.h"
+#include "watchdog.h"
+
+struct launch {
+	struct launch_bpf *skel;
+	struct ring_buffer *rb;
+	int stopped;      /* REC_STOPPED seen: 1 exec, 2 entry point */
+	struct bpf_link *entry;
+};
+
+static int on_stop(void *ctx, void *data, size_t size)
+{
+	struct launch *l = ctx;
+	const struct rec_hdr *h = data;
+	if (size >= sizeof(*h) && h->kind == REC_STOPPED)
+		l->stopped = (int)h->tid;
+	return 0;
+}
+
+static pid_t spawn_held(char **argv, int *go_fd)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC))
+		return -1;
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		char c;
+		close(pipefd[1]);
+		signal(SIGPIPE, SIG_DFL);
+		if (read(pipefd[0], &c, 1) != 1)
+			_exit(127);
+		execvp(argv[0], argv);
+		fprintf(stderr, "evmbpf: cannot run %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(pipefd[0]);
+	*go_fd = pipefd[1];
+	return pid;
+}
+
+/* Wait for the next stop of the child; 0 stopped, 1 it exited (status in *status). */
+static int wait_stop(struct launch *l, pid_t child, int *status)
+{
+	for (;;) {
+		pid_t w = waitpid(child, status, WUNTRACED);
+		if (w < 0) {
+			if (errno == EINTR) {
+				if (stop_signal)
+					kill(child, stop_signal);
+				continue;
+			}
+			return -1;
+		}
+		if (WIFSTOPPED(*status)) {
+			l->stopped = 0;
+			ring_buffer__consume(l->rb);
+			if (l->stopped)
+				return 0;
+			/* a stop we did not cause: pass it on */
+			kill(child, SIGCONT);
+			continue;
+		}
+		return 1;
+	}
+}
+
+static int attach_entry_point(struct launch *l, pid_t child)
+{
+	char exe[64];
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", child);
+	struct elf_file *f = elf_file_open(exe);
+	uint64_t off;
+	if (!f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off)) {
+		elf_file_close(f);
+		return -1;
+	}
+	elf_file_close(f);
+	bpf_link__destroy(l->entry);
+	l->entry = attach_uprobe(l->skel->progs.launch_entry, 0, child, exe, off, "the entry point");
+	return l->entry ? 0 : -1;
+}
+
+static int exit_code_of(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status);
+	if (WIFSIGNALED(status))
+		return 128 + WTERMSIG(status);
+	return 1;
+}
+
+int run_launch(const struct tracer_opts *opts)
+{
+	struct launch l = {0};
+	struct session s = { .opts = opts };
+	s.target.root_fd = -1;
+	int status = 0, go_fd = -1, rc = 1;
+
+	l.skel = launch_bpf__open_and_load();
+	if (!l.skel) {
+		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers "
+		       "and uprobes; run with -v for details)", strerror(errno));
+		return 1;
+	}
+	l.rb = ring_buffer__new(bpf_map__fd(l.skel->maps.stops), on_stop, &l, NULL);
+	struct bpf_link *exec_link = bpf_program__attach(l.skel->progs.launch_exec);
+	if (!l.rb || !exec_link) {
+		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
+		goto out;
+	}
+	pid_t child = spawn_held(opts->command, &go_fd);
+	if (child < 0) {
+		warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
+		goto out;
+	}
+	l.skel->bss->launch_pid = child;
+	/* the child is stopped at each exec until its probes are placed */
+	if (!watchdog_start(child))
+		watchdog_pending(1);
+	if (write(go_fd, "g", 1) != 1) {
+		warnx_("cannot start %s", opts->command[0]);
+		goto out;
+	}
+	close(go_fd);
+
+	for (;;) {
+		int r = wait_stop(&l, child, &status);
+		if (r) {
+			warnx_("%s exited before any Python started (status %d); nothing traced",
+			       opts->command[0], exit_code_of(status));
+			rc = exit_code_of(status);
+			goto out;
+		}
+		if (l.stopped == 1) {
+			/* exec'd: stop again where its libraries are mapped */
+			if (attach_entry_point(&l, child))
+				debugx("cannot probe the entry point of %d; looking at it now", child);
+			else {
+				kill(child, SIGCONT);
+				continue;
+			}
+		}
+		bpf_link__destroy(l.entry);
+		l.entry = NULL;
+		if (target_is_python(child))
+			break;
+		debugx("pid %d is not Python yet; waiting for its next exec", child);
+		kill(child, SIGCONT);
+	}
+	l.skel->bss->launch_pid = 0;
+	if (session_prepare(&s, child)) {
+		kill(child, SIGCONT);
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		session_detach(&s);
+		if (s.trace.out) {
+			trace_close(&s.trace);
+			unlink(opts->out);
+		}
+		evmbpf_bpf__destroy(s.skel);
+		goto out;
+	}
+	session_announce(&s);
+	kill(child, SIGCONT);
+	session_collect(&s, child);
+	if (!s.ended && !stop_signal) {
+		/* the trace could not be written: the command goes on untraced, evmbpf waits
+		 * for it (it is evmbpf's child) and fails */
+		session_finish(&s);
+		while (waitpid(child, &status, 0) < 0 && errno == EINTR && !stop_signal)
+			;
+		rc = 1;
+		goto out;
+	}
+	if (!s.ended) {
+		/* evmbpf was asked to stop: the command goes on without us */
+		session_finish(&s);
+		fprintf(stderr, "detached from %d; it runs on\n", child);
+		rc = 0;
+		goto out;
+	}
+	if (s.execed) {
+		/* the command goes on as another program: the trace ends, evmbpf still waits
+		 * for the command and returns its status */
+		int frc = session_finish(&s);
+		fprintf(stderr, "%d exec'd another program: the trace ends here, the new program "
+			"is not traced\n", child);
+		while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+			if (stop_signal) {
+				fprintf(stderr, "detached from %d; it runs on\n", child);
+				rc = 0;
+				goto out;
+			}
+		rc = frc ? 1 : exit_code_of(status);
+		goto out;
+	}
+	rc = session_finish(&s) ? 1 : exit_code_of(s.exit_code);
+out:
+	bpf_link__destroy(l.entry);
+	bpf_link__destroy(exec_link);
+	ring_buffer__free(l.rb);
+	launch_bpf__destroy(l.skel);
+	return rc;
+}

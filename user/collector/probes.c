@@ -1,0 +1,203 @@
+/* Loading the BPF programs (the layouts and addresses the target gave them) and placing
+ * their probes; taking them away. */
+#include "session.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/capability.h>
+
+#include "privileges.h"
+#include "procstate.h"
+#include "util.h"
+#include "watchdog.h"
+
+int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG && verbose < 2)
+		return 0;
+	if (level == LIBBPF_INFO && !verbose)
+		return 0;
+	/* evmbpf says what failed in one line of its own; libbpf's details with -v */
+	if (level == LIBBPF_WARN && !verbose)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+/* Known TensorImpl layouts (DESIGN.md); the BPF side picks per tensor the one whose
+ * pointer back to the Python object matches, user space checks sizes against numel. */
+static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
+	/* torch 1.13 (2.0 - 2.2 likely) */
+	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
+	  .dtype_off = 176, .device_off = 178, .device_order = 0 },
+	/* torch 2.3 - 2.6 */
+	{ .impl_off = 24, .backptr_off = 56, .sizes_off = 64, .numel_off = 160,
+	  .dtype_off = 168, .device_off = 170, .device_order = 1 },
+	/* torch 2.13 / 2.14 */
+	{ .impl_off = 16, .backptr_off = 48, .sizes_off = 56, .numel_off = 152,
+	  .dtype_off = 160, .device_off = 162, .device_order = 1 },
+	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
+	 * on a [3, 4, 7] float16 view with storage offset 7 */
+	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
+	  .dtype_off = 208, .device_off = 216, .device_order = 2, .sizes_kind = 1,
+	  .dtype_kind = 1 },
+};
+
+struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
+				      const char *path, uint64_t off, const char *what)
+{
+	LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
+	struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
+	int err = errno;
+	if (!l && process_gone(pid))
+		warnx_("process %d exited while evmbpf was attaching; nothing traced", pid);
+	else if (!l && (err == EACCES || err == EPERM) && !has_cap(CAP_SYS_ADMIN))
+		warnx_("cannot attach a uprobe to %s: %s; this kernel allows uprobes only with "
+		       "CAP_SYS_ADMIN (CAP_PERFMON is not enough here): add it, or run evmbpf as root",
+		       what, strerror(err));
+	else if (!l)
+		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(err));
+	return l;
+}
+
+int session_load(struct session *s)
+{
+	struct target *t = &s->target;
+	struct evmbpf_bpf *skel = evmbpf_bpf__open();
+	if (!skel) {
+		warnx_("cannot open the BPF programs: %s", strerror(errno));
+		return -1;
+	}
+	s->skel = skel;
+	skel->rodata->pyo = *t->off;
+	skel->rodata->cfg.none_obj = t->none_obj;
+	skel->rodata->cfg.bool_type = t->bool_type;
+	skel->rodata->cfg.float_type = t->float_type;
+	skel->rodata->cfg.object_type = t->object_type;
+	skel->rodata->cfg.tgid = t->pid;
+	skel->rodata->cfg.gen_type = t->gen_type;
+	skel->rodata->cfg.gen_frame_state = t->gen_frame_state;
+	skel->rodata->cfg.gen_iframe = t->gen_iframe;
+	skel->rodata->cfg.gen_state_created = t->gen_state_created;
+	if (s->opts->trace.nrules) {
+		if (!t->runtime) {
+			warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
+			       "symbol to find them from; use the host's phase() markers", t->py_path);
+			return -1;
+		}
+		skel->rodata->cfg.rules = 1;
+	}
+	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
+	skel->rodata->cfg.runtime = t->runtime;
+	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
+	if (getenv("EVMBPF_TEST_WRONG_LAYOUTS")) {
+		/* Test only (tests/test_matrix.py): every offset of every known layout 8 bytes
+		 * off, to check that a table that does not fit gives {"type": "Tensor"} and one
+		 * warning, never shapes. */
+		struct tensor_layout *w = (void *)skel->rodata->layouts;
+		for (int i = 0; i < TENSOR_LAYOUTS; i++) {
+			w[i].backptr_off += 8;
+			w[i].sizes_off += 8;
+			w[i].numel_off += 8;
+			w[i].dtype_off += 8;
+			w[i].device_off += 8;
+		}
+	}
+	skel->rodata->n_layouts = TENSOR_LAYOUTS;
+	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
+	/* module records wake the collector only when a quarter of the ring is waiting;
+	 * session_collect() reads it every 100 ms whatever happens */
+	skel->rodata->wakeup_bytes = (uint64_t)s->opts->ringbuf_mb << 18;
+	int err = evmbpf_bpf__load(skel);
+	if (err) {
+		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers, "
+		       "bpf_loop and uprobes: Linux 5.17 or later; run with -v for the verifier's log)",
+		       strerror(-err));
+		return -1;
+	}
+	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
+	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
+	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
+	if (skel->bss->hold_next && !watchdog_start(t->pid))
+		watchdog_pending(1);
+	struct bpf_link *l;
+	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
+			  "slot_tp_call");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	l = attach_uprobe(skel->progs.call_exit, 1, t->pid, t->py_open, t->slot_tp_call_off,
+			  "slot_tp_call (return)");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	if (t->err_display_off) {
+		l = attach_uprobe(skel->progs.exc_display, 0, t->pid, t->py_open, t->err_display_off,
+				  "PyErr_Display");
+		if (l)
+			s->links[s->nlinks++] = l;
+	}
+	if (t->gen_type) {
+		struct bpf_program *marker =
+			t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
+			: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
+								      : skel->progs.marker_enter;
+		l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
+				  t->lookup_special_kind == LOOKUP_STACKREF
+					  ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial");
+		if (l)
+			s->links[s->nlinks++] = l;
+	} else {
+		debugx("phase markers are not followed on Python %d.%d", t->major, t->minor);
+	}
+	l = bpf_program__attach(skel->progs.task_exit);
+	if (!l) {
+		warnx_("cannot attach to sched_process_exit: %s", strerror(errno));
+		return -1;
+	}
+	s->links[s->nlinks++] = l;
+	l = bpf_program__attach(s->skel->progs.task_exec);
+	if (!l) {
+		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
+		return -1;
+	}
+	s->links[s->nlinks++] = l;
+	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), session_record, s, NULL);
+	if (!s->rb) {
+		warnx_("cannot open the ring buffer: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* In the order they were attached: the entry probe goes first, so that no call is seen
+ * to enter whose return can no longer be seen (its frame is `unwound` at the end). */
+void session_detach(struct session *s)
+{
+	for (int i = 0; i < s->nlinks; i++)
+		bpf_link__destroy(s->links[i]);
+	s->nlinks = 0;
+}
+
+/* --probe-floor: empty programs where call_enter/call_exit go; no trace. */
+int session_load_floor(struct session *s)
+{
+	struct target *t = &s->target;
+	s->floor = floor_bpf__open_and_load();
+	if (!s->floor) {
+		warnx_("cannot load the BPF programs: %s", strerror(errno));
+		return -1;
+	}
+	struct bpf_link *l;
+	l = attach_uprobe(s->floor->progs.floor_enter, 0, t->pid, t->py_open,
+			  t->slot_tp_call_off, "slot_tp_call");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	l = attach_uprobe(s->floor->progs.floor_exit, 1, t->pid, t->py_open,
+			  t->slot_tp_call_off, "slot_tp_call (return)");
+	if (!l)
+		return -1;
+	s->links[s->nlinks++] = l;
+	return 0;
+}

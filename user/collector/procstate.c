@@ -1,0 +1,96 @@
+/* The target process's state as /proc and kill(2) show it: gone, stopped, safe to
+ * stop. */
+#include "procstate.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* The state letter of a /proc/.../stat file (R, S, T, Z, ...); 0 when it cannot be
+ * read (errno says why, ENOENT: the task is gone). */
+char stat_state(const char *path)
+{
+	char line[512];
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	errno = 0;
+	return p && p[1] ? p[2] : 0;
+}
+
+/* The process has exited: gone, or a zombie its parent has not reaped yet (kill(2)
+ * still finds those). */
+int process_gone(pid_t pid)
+{
+	if (kill(pid, 0) && errno == ESRCH)
+		return 1;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	char state = stat_state(path);
+	return state ? state == 'Z' || state == 'X' : errno == ENOENT;
+}
+
+/* The first module call stops the target until its module tree is read (a model can
+ * be gone by the time user space looks, when the job is short). A stop is visible to a
+ * shell as job control: never hold a process in a terminal's foreground. */
+int hold_is_safe(pid_t pid, int launched)
+{
+	if (launched)
+		return 1; /* our own child: we are the one that sees its stops */
+	if (kill(pid, 0)) {
+		/* another user's process and no CAP_KILL: a stop evmbpf could not undo */
+		debugx("cannot signal %d (%s): not stopping it while the model is read", pid,
+		       strerror(errno));
+		return 0;
+	}
+	char path[64], line[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+	fclose(f);
+	int pgrp = 0, tty = 0, tpgid = 0;
+	if (!p || sscanf(p + 2, "%*c %*d %d %*d %d %d", &pgrp, &tty, &tpgid) != 3)
+		return 0;
+	if (tty != 0 && tpgid == pgrp) {
+		debugx("%d is in a terminal's foreground: not stopping it while the model is read", pid);
+		return 0;
+	}
+	return 1;
+}
+
+/* Every task of pid stopped (state T), or timeout_ms passed. */
+int wait_stopped(pid_t pid, int timeout_ms)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
+	for (int waited = 0; waited <= timeout_ms; waited += 2) {
+		DIR *d = opendir(dir);
+		if (!d)
+			return -1;
+		int running = 0;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (e->d_name[0] == '.')
+				continue;
+			char path[384];
+			snprintf(path, sizeof(path), "%s/%s/stat", dir, e->d_name);
+			char state = stat_state(path);
+			if (state && !strchr("TtZX", state))
+				running = 1;
+		}
+		closedir(d);
+		if (!running)
+			return 0;
+		usleep(2000);
+	}
+	return -1;
+}

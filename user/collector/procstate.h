@@ -1,0 +1,19 @@
+/* The target process's state, from /proc/PID/stat and kill(2). */
+#ifndef EVMBPF_PROCSTATE_H
+#define EVMBPF_PROCSTATE_H
+
+#include <sys/types.h>
+
+/* The state letter of a /proc/.../stat file (R, S, T, Z, ...); 0 when it cannot be read
+ * (errno says why, ENOENT: the task is gone). */
+char stat_state(const char *path);
+/* The process has exited: gone, or a zombie its parent has not reaped yet. */
+int process_gone(pid_t pid);
+/* May evmbpf stop (SIGSTOP) this process for a moment? Not when it is in a terminal's
+ * foreground (its shell would see the stop), nor when evmbpf could not resume it.
+ * `launched`: evmbpf's own child, whose stops only evmbpf sees. */
+int hold_is_safe(pid_t pid, int launched);
+/* 0 once every task of pid is stopped (state T); -1 after timeout_ms. */
+int wait_stopped(pid_t pid, int timeout_ms);
+
+#endif

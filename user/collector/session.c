@@ -1,0 +1,243 @@
+/* A tracing session: inspect the target, open the trace, load and attach, read the ring
+ * buffer into the trace until the target ends or evmbpf is asked to stop, finish. */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "privileges.h"
+#include "procstate.h"
+#include "util.h"
+#include "watchdog.h"
+
+volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+int session_record(void *ctx, void *data, size_t size)
+{
+	struct session *s = ctx;
+	const struct rec_hdr *h = data;
+	if (s->execed)
+		return 0; /* records of the new program, seen before the session ended */
+	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXEC &&
+	    h->pid == (uint32_t)s->target.pid) {
+		s->ended = s->execed = 1;
+		s->exit_code = -1;
+		return 0;
+	}
+	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXIT) {
+		const struct rec_task_exit *e = data;
+		/* tests only (tests/test_faults.py): as if the ring buffer had dropped it */
+		if (getenv("EVMBPF_TEST_LOSE_EXIT"))
+			return 0;
+		if (e->group_dead && h->pid == (uint32_t)s->target.pid) {
+			s->ended = 1;
+			s->exit_code = e->exit_code;
+			s->trace.end_ns = h->ts_ns;
+		}
+		return 0;
+	}
+	trace_record(&s->trace, data, size);
+	if ((h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
+	     (((const struct rec_call *)data)->flags & REC_F_HELD)) ||
+	    (h->kind == REC_STACK && size >= sizeof(struct rec_stack) &&
+	     (((const struct rec_stack *)data)->flags & REC_F_HELD))) {
+		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
+		if (delay)
+			usleep((useconds_t)atoi(delay) * 1000);
+		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
+		watchdog_pending(s->skel->bss->hold_codes); /* rules may hold it again */
+	}
+	return 0;
+}
+
+/* CPU time spent until attached (BPF verification mostly), for --stats */
+static double attach_cpu_s;
+
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+	       ru.ru_stime.tv_usec / 1e6;
+}
+
+void session_announce(struct session *s)
+{
+	attach_cpu_s = cpu_s();
+	struct target *t = &s->target;
+	fprintf(stderr, "attached to %d (python %d.%d, torch %s)\n", t->pid, t->major, t->minor,
+		t->torch_version[0] ? t->torch_version : "not imported yet");
+	debugx("interpreter %s, slot_tp_call at %#lx (found by %s), file offset %#lx", t->py_path,
+	       (unsigned long)t->slot_tp_call, t->slot_tp_call_found_by ? "the slotdefs table" : "its symbol",
+	       (unsigned long)t->slot_tp_call_off);
+}
+
+int session_prepare(struct session *s, pid_t pid)
+{
+	if (target_inspect(&s->target, pid))
+		return -1;
+	if (s->opts->probe_floor)
+		return session_load_floor(s);
+	char nspath[64];
+	struct stat st;
+	/* The trace's pids and tids are the BPF side's, the initial namespace's: evmbpf's own
+	 * (it runs there to load BPF); the target's namespace and its pid there go beside. */
+	if (!stat("/proc/self/ns/pid", &st))
+		s->target.pid_ns_inode = st.st_ino;
+	snprintf(nspath, sizeof(nspath), "/proc/%d/ns/pid", pid);
+	if (!stat(nspath, &st))
+		s->target.target_pid_ns_inode = st.st_ino;
+	s->target.ns_pid = target_ns_pid(pid);
+	s->target.root_fd = open(s->target.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (trace_open(&s->trace, &s->target, s->opts->out, s->opts->force, &s->opts->trace))
+		return -1;
+	return session_load(s);
+}
+
+/* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
+void session_collect(struct session *s, pid_t child)
+{
+	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
+	 * first records, so that the ring buffer overflows on purpose */
+	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
+	long stall_ms = stall ? atol(stall) : 0;
+	while (!s->ended && !stop_signal) {
+		int n = s->rb ? ring_buffer__poll(s->rb, 100) : (usleep(100000), 0);
+		if (n >= 0 && s->rb) /* records that asked for no wakeup */
+			n = ring_buffer__consume(s->rb);
+		if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
+			/* where they were lost: after the records read so far */
+			uint64_t d = s->skel->bss->dropped_records;
+			trace_set_dropped(&s->trace, d - s->dropped_reported);
+			s->dropped_reported = d;
+		}
+		if (stall_ms > 0 && s->trace.records > 0) {
+			usleep((useconds_t)stall_ms * 1000);
+			stall_ms = 0;
+		}
+		if (n < 0 && n != -EINTR) {
+			warnx_("reading the ring buffer failed: %s", strerror(-n));
+			break;
+		}
+		if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
+			s->trace.write_failed = errno ? errno : EIO;
+		if (s->trace.write_failed) {
+			s->trace.write_reported = 1;
+			warnx_("cannot write %s: %s; detaching (the target runs on)", s->opts->out,
+			       strerror(s->trace.write_failed));
+			break;
+		}
+		if (child > 0) {
+			int status;
+			pid_t w = waitpid(child, &status, WNOHANG);
+			if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
+				s->ended = 1;
+				s->exit_code = status;
+			}
+		} else if (process_gone(s->target.pid)) {
+			if (s->rb)
+				ring_buffer__consume(s->rb);
+			if (!s->ended) {
+				/* its exit record was dropped (a full ring buffer), or never came */
+				s->ended = 1;
+				s->exit_code = s->skel && s->skel->bss->group_exited
+						       ? s->skel->bss->group_exit_code : 0;
+				debugx("no exit record came from %d; its exit status %#x is the BPF "
+				       "side's", s->target.pid, s->exit_code);
+			}
+		}
+	}
+	if (s->rb)
+		ring_buffer__consume(s->rb);
+}
+
+/* --stats FILE: what a benchmark wants to know about the collector, as one JSON object. */
+static void write_stats(struct session *s)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	FILE *f = fopen(s->opts->stats, "we");
+	if (!f) {
+		warnx_("cannot write %s: %s", s->opts->stats, strerror(errno));
+		return;
+	}
+	const struct evmbpf_bpf__bss *b = s->skel ? s->skel->bss : NULL;
+	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
+		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
+		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
+		(unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
+		(unsigned long long)(b ? b->dropped_records : 0),
+		(unsigned long long)(b ? b->dropped_bytes : 0),
+		(unsigned long long)(b ? b->truncated_records : 0),
+		(unsigned long long)(b ? b->read_faults : 0),
+		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
+		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
+	fclose(f);
+}
+
+int session_finish(struct session *s)
+{
+	if (s->floor) {
+		session_detach(s);
+		if (s->opts->stats)
+			write_stats(s);
+		floor_bpf__destroy(s->floor);
+		return 0;
+	}
+	session_detach(s);
+	if (s->rb)
+		ring_buffer__consume(s->rb);
+	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
+	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
+	if (dropped)
+		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
+	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
+	int rc = trace_close(&s->trace);
+	if (verbose && s->skel)
+		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
+		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
+		       (unsigned long long)s->skel->bss->truncated_records,
+		       (unsigned long long)s->skel->bss->read_faults);
+	if (s->opts->stats)
+		write_stats(s);
+	ring_buffer__free(s->rb);
+	evmbpf_bpf__destroy(s->skel);
+	if (s->target.root_fd > 0)
+		close(s->target.root_fd);
+	return rc;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* a file size limit (ulimit -f) makes writes fail with EFBIG instead of killing us */
+	signal(SIGXFSZ, SIG_IGN);
+}
+
+int tracer_run(const struct tracer_opts *opts)
+{
+	if (privileges_check())
+		return 1;
+	libbpf_set_print(libbpf_print);
+	install_signals();
+	int rc = opts->command ? run_launch(opts) : run_attach(opts);
+	watchdog_stop();
+	return rc;
+}

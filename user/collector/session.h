@@ -1,0 +1,59 @@
+/* What the collector's parts share about one tracing session: the target, its trace,
+ * the loaded programs and their links. attach.c and launch.c run a session, session.c
+ * moves records into the trace, probes.c loads and attaches. */
+#ifndef EVMBPF_SESSION_H
+#define EVMBPF_SESSION_H
+
+#include <signal.h>
+#include <stdarg.h>
+
+#include <bpf/libbpf.h>
+
+#include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
+#include "evmbpf.skel.h"
+#include "floor.skel.h"
+
+struct session {
+	const struct tracer_opts *opts;
+	struct target target;
+	struct trace trace;
+	struct evmbpf_bpf *skel;
+	struct floor_bpf *floor;   /* --probe-floor instead of skel */
+	uint64_t dropped_reported; /* drops already written to the trace */
+	struct ring_buffer *rb;
+	struct bpf_link *links[8];
+	int nlinks;
+	int ended;        /* the target's last thread exited */
+	int exit_code;    /* as wait(2) encodes it */
+	int execed;       /* the target exec'd another program: what came after is not traced */
+};
+
+/* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
+extern volatile sig_atomic_t stop_signal;
+
+/* session.c */
+/* Inspect the target, open the trace, load and attach (or the floor's programs). */
+int session_prepare(struct session *s, pid_t pid);
+/* "attached to PID ..." on stderr; marks the end of the attach for --stats. */
+void session_announce(struct session *s);
+/* Read records until the target ends or a signal asks to stop. `child` > 0: launch
+ * mode's child, reaped here. */
+void session_collect(struct session *s, pid_t child);
+/* One ring buffer record (ring_buffer__new's callback; ctx: the session). */
+int session_record(void *ctx, void *data, size_t size);
+/* Detach, write the end of the trace and close it; 0, or -1 when it could not be written. */
+int session_finish(struct session *s);
+
+/* probes.c */
+int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
+int session_load(struct session *s);
+int session_load_floor(struct session *s);
+void session_detach(struct session *s);
+struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
+			       uint64_t off, const char *what);
+
+/* attach.c, launch.c: evmbpf's exit status */
+int run_attach(const struct tracer_opts *opts);
+int run_launch(const struct tracer_opts *opts);
+
+#endif

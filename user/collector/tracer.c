@@ -45,7 +45,7 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 
 /* Known TensorImpl layouts (DESIGN.md); the BPF side picks per tensor the one whose
  * pointer back to the Python object matches, user space checks sizes against numel. */
-static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
+const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	/* torch 1.13 (2.0 - 2.2 likely) */
 	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
 	  .dtype_off = 176, .device_off = 178, .device_order = 0 },
@@ -878,4 +878,15 @@ int tracer_run(const struct tracer_opts *opts)
 	int rc = opts->command ? run_launch(opts) : run_attach(opts);
 	watchdog_stop();
 	return rc;
+}
+
+/* For evmbpf dump and doctor (dump.c, doctor.c): the same rules as the tracer's. */
+int tracer_hold_is_safe(pid_t pid)
+{
+	return hold_is_safe(pid, 0);
+}
+
+int tracer_wait_stopped(pid_t pid, int timeout_ms)
+{
+	return wait_stopped(pid, timeout_ms);
 }

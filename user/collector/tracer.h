@@ -19,4 +19,12 @@ struct tracer_opts {
 /* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */
 int tracer_run(const struct tracer_opts *opts);
 
+/* The known TensorImpl layouts (the BPF side's table). */
+extern const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS];
+/* May pid be stopped (SIGSTOP) for a moment? Never a terminal's foreground job, never a
+ * process evmbpf could not continue. */
+int tracer_hold_is_safe(pid_t pid);
+/* 0 once every task of pid is stopped; -1 after timeout_ms. */
+int tracer_wait_stopped(pid_t pid, int timeout_ms);
+
 #endif

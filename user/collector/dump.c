@@ -710,6 +710,22 @@ int dump_read(struct target *t, struct dump_snapshot *s)
 		memset(th, 0, sizeof(*th));
 		read_thread(&g, ts, th);
 	}
+	/* A thread whose outermost module is a submodule of another thread's model (a
+	 * worker calling model.encoder): named in that model's tree. */
+	for (int i = 0; i < s->n; i++) {
+		struct dump_thread *th = &s->threads[i];
+		uint64_t root = th->nmods ? th->mods[0].self : 0;
+		for (int k = 0; root && k < g.nroots; k++) {
+			if (g.root_objs[k] == root || !modtree_find(&g.roots[k], root))
+				continue;
+			for (int m = 0; m < th->nmods; m++) {
+				const struct mod_entry *e = modtree_find(&g.roots[k], th->mods[m].self);
+				snprintf(th->mods[m].path, sizeof(th->mods[m].path), "%s",
+					 e ? e->path : "?");
+			}
+			break;
+		}
+	}
 	s->tensor_invalid = g.tensor_invalid;
 	return 0;
 }
@@ -784,6 +800,9 @@ static void compact(const cJSON *d, struct buf *out)
 	if (value) {
 		char *s = cJSON_PrintUnformatted(value);
 		buf_puts(out, s);
+		/* cJSON writes 2.0 as 2: a float stays a float */
+		if (!strcmp(tn, "float") && cJSON_IsNumber(value) && !strpbrk(s, ".eEn"))
+			buf_puts(out, ".0");
 		free(s);
 		return;
 	}

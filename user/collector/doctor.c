@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <linux/perf_event.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
@@ -20,6 +21,7 @@
 #include <linux/bpf.h>
 
 #include "dump.h"
+#include "elfsym.h"
 #include "target.h"
 #include "tracer.h"
 
@@ -60,6 +62,43 @@ static int read_file(const char *path, char *dst, size_t cap)
 static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list args)
 {
 	return 0;
+}
+
+/* Can a uprobe perf event be opened with these privileges? (Some kernels want
+ * CAP_SYS_ADMIN for it whatever CAP_PERFMON says.) One on evmbpf's own entry point,
+ * opened and closed at once: nothing is placed in any other process. */
+static void check_uprobe_event(void)
+{
+	char type[16], self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (read_file("/sys/bus/event_source/devices/uprobe/type", type, sizeof(type)) || n <= 0)
+		return;
+	self[n] = 0;
+	struct elf_file *f = elf_file_open(self);
+	uint64_t off = 0;
+	if (!f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off)) {
+		if (f)
+			elf_file_close(f);
+		line(2, "uprobe events: not checked (cannot read %s)", self);
+		return;
+	}
+	elf_file_close(f);
+	struct perf_event_attr attr = { .size = sizeof(attr), .type = (uint32_t)atoi(type) };
+	attr.config1 = (uint64_t)(uintptr_t)self;
+	attr.config2 = off;
+	int fd = (int)syscall(SYS_perf_event_open, &attr, getpid(), -1, -1, PERF_FLAG_FD_CLOEXEC);
+	int err = errno;
+	if (fd >= 0) {
+		close(fd);
+		line(1, "uprobe events: can be opened with these privileges");
+	} else if ((err == EACCES || err == EPERM) && !has(21)) {
+		line(0, "uprobe events: refused (%s): this kernel allows uprobes only with "
+			"CAP_SYS_ADMIN (CAP_PERFMON is not enough here): add it, or run as root",
+		     strerror(err));
+	} else {
+		line(0, "uprobe events: cannot open one (%s)%s", strerror(err),
+		     err == EACCES || err == EPERM ? ": run evmbpf as root" : "");
+	}
 }
 
 static int check_machine(void)
@@ -128,6 +167,7 @@ static int check_machine(void)
 			     rb == 1 ? "" : "ring buffers refused", rb == 1 || loop == 1 ? "" : ", ",
 			     loop == 1 ? "" : "bpf_loop refused", rb, loop);
 	}
+	check_uprobe_event();
 	char v[32];
 	if (read_file("/proc/sys/kernel/bpf_stats_enabled", v, sizeof(v)))
 		line(2, "BPF stats: kernel.bpf_stats_enabled cannot be read");

@@ -180,15 +180,43 @@ def test_dump_leaves_a_stopped_target_stopped(evmbpf, tmp_path):
     assert [m["module"] for m in doc["threads"][0]["modules"]] == ["<root>", "layers.1"]
 
 
+def test_dump_reads_a_foreground_job_running(evmbpf, tmp_path):
+    """A terminal's foreground job (here in script(1)'s pseudo-terminal) is never
+    stopped: dump reads it running, until two reads agree, and gets the same stack."""
+    target = host_target(tmp_path)
+    cmd = target.cmd
+
+    def in_terminal(workload, *extra):
+        line = " ".join([HOST_PYTHON, RUN_WORKLOAD, workload, *extra])
+        return ["script", "-qfec", line, "/dev/null"]
+    target.cmd = in_terminal
+    try:
+        with paused(target, MIDFORWARD, tmp_path) as pid:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            assert fields[2] == fields[5] and fields[4] != "0"  # pgrp == tpgid, a tty
+            doc = dump_json(pid)
+    finally:
+        target.cmd = cmd
+    assert doc["read"] == "running" and doc["held_ms"] == 0, doc
+    assert doc["consistent"] is True
+    (thread,) = doc["threads"]
+    assert [(m["module"], m["type"], m["args"]) for m in thread["modules"]] == [
+        ("<root>", "Model", [{"shape": [1, 4], "dtype": "float32", "device": "cpu"}]),
+        ("layers.1", "Pause", [{"shape": [1, 4], "dtype": "float32", "device": "cpu"}])]
+    assert thread["frame"]["line"] in PAUSE_LINES
+
+
 CELLS = [("pyenv", "3.9"), ("pyenv", "3.10"), ("pyenv", "3.12"), ("pyenv", "3.13"),
-         ("chroot", "trixie")]
+         ("chroot", "trixie"), ("chroot", "sid")]
 
 
 @pytest.mark.parametrize("kind,name", CELLS, ids=[f"{k}-{n}" for k, n in CELLS])
 def test_dump_on_other_versions(evmbpf, kind, name, tmp_path):
     """The same picture on CPython 3.9 (co_lnotab, no native thread id), 3.10
     (co_linetable), 3.12/3.13 (the stand-in torch), and Debian trixie's 3.13 + torch 2.6
-    (_wrapped_call_impl around _call_impl, self in a cell): equal to the reference's
+    (_wrapped_call_impl around _call_impl, self in a cell), sid's 3.14 + torch 2.14
+    (tagged stack references): equal to the reference's
     enter events, the top frame on the pausing line."""
     target = target_of(kind, name, tmp_path)
     workload = MIDFORWARD if kind == "chroot" else MIDFORWARD_ANY

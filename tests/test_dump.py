@@ -258,3 +258,29 @@ def test_dump_errors(evmbpf, tmp_path):
         assert "not a Python interpreter" in r.stderr
     finally:
         sleeper.kill()
+
+
+def test_dump_time_on_a_32_layer_llama(evmbpf, tmp_path):
+    """The time dump takes on a 32-layer HF Llama (sid: CPython 3.14, torch 2.14,
+    transformers) paused in its last layer's MLP: measured and printed, not asserted
+    (`pytest -s` shows it); the stack is checked."""
+    target = target_of("chroot", "sid", tmp_path)
+    workload = os.path.join(OWN_WORKLOADS, "hf_llama32_paused.py")
+    runs = []
+    with paused(target, workload, tmp_path) as pid:
+        for _ in range(5):
+            start = time.monotonic()
+            doc = dump_json(pid)
+            runs.append((time.monotonic() - start, doc["read_ms"], doc["held_ms"]))
+        text = dump(pid).stdout
+    (thread,) = [t for t in doc["threads"] if t["modules"]]
+    assert [(m["module"], m["type"]) for m in thread["modules"]] == [
+        ("<root>", "LlamaForCausalLM"), ("model", "LlamaModel"),
+        ("model.layers.31", "LlamaDecoderLayer"), ("model.layers.31.mlp", "LlamaMLP"),
+        ("model.layers.31.mlp.act_fn", "SiLUActivation" if "SiLUActivation" in text
+         else thread["modules"][4]["type"])]
+    assert thread["modules"][2]["args"][0]["shape"] == [1, 5, 32]
+    print("\n32-layer Llama, evmbpf dump: wall %s ms, read %s ms, target stopped %s ms" % (
+        ", ".join(f"{w * 1000:.1f}" for w, _, _ in runs),
+        ", ".join(f"{r:.1f}" for _, r, _ in runs), ", ".join(f"{h:.1f}" for _, _, h in runs)))
+    print(text)

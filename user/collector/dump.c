@@ -22,7 +22,6 @@
 
 #include "describe.h"
 #include "jsonw.h"
-#include "modtree.h"
 #include "trace.h"
 #include "tracer.h"
 #include "watchdog.h"
@@ -69,9 +68,6 @@ struct reading {
 	int ntasks;
 	/* verdicts on types, so each is judged once */
 	struct { uint64_t type; int kind; } types[256];
-	struct modtree roots[8];  /* module trees by root */
-	uint64_t root_objs[8];
-	int nroots;
 	int tensor_invalid;
 };
 
@@ -553,23 +549,92 @@ static int thread_tid(struct reading *g, uint64_t ts)
 	return 0;
 }
 
-static const char *module_path(struct reading *g, uint64_t root, uint64_t self)
+/* Where `want` is under `from` in the _modules tree: its path relative to `from`
+ * ("a.b"), breadth first and reading only the _modules dicts on the way (a forward's
+ * next module is usually a child or grandchild of the one that called it; a 32-layer
+ * model's whole tree is 50,000 reads). A module registered under two names gets the
+ * shorter, where named_modules() gives the first in its pre-order. */
+struct bfs_node {
+	uint64_t obj;
+	char *path;
+};
+
+struct bfs {
+	struct reading *g;
+	struct bfs_node *q;
+	size_t n, cap;
+	const char *prefix;
+	uint64_t want;
+	char *found;
+};
+
+static int bfs_child(void *arg, uint64_t key, uint64_t value)
 {
-	int i;
-	for (i = 0; i < g->nroots; i++)
-		if (g->root_objs[i] == root)
-			break;
-	if (i == g->nroots) {
-		if (g->nroots == 8)
-			return NULL;
-		memset(&g->roots[i], 0, sizeof(g->roots[i]));
-		if (modtree_build(&g->roots[i], g->r, root) < 0)
-			debugx("cannot read the submodules of the module at %#lx", (unsigned long)root);
-		g->root_objs[i] = root;
-		g->nroots++;
+	struct bfs *b = arg;
+	char name[256];
+	if (!value || value == b->g->t->none_obj || py_str(b->g->r, key, name, sizeof(name)) < 0)
+		return 0;
+	struct buf path = {0};
+	buf_printf(&path, "%s%s%s", b->prefix, b->prefix[0] ? "." : "", name);
+	if (value == b->want) {
+		b->found = path.data;
+		return 1;
 	}
-	struct mod_entry *e = modtree_find(&g->roots[i], self);
-	return e ? e->path : NULL;
+	if (b->n == b->cap) {
+		b->cap = b->cap ? 2 * b->cap : 64;
+		b->q = xrealloc(b->q, b->cap * sizeof(*b->q));
+	}
+	b->q[b->n++] = (struct bfs_node){ value, path.data };
+	return 0;
+}
+
+static char *path_under(struct reading *g, uint64_t from, uint64_t want, size_t limit)
+{
+	struct bfs b = { .g = g, .want = want };
+	b.q = xmalloc(64 * sizeof(*b.q));
+	b.cap = 64;
+	b.q[b.n++] = (struct bfs_node){ from, xstrdup("") };
+	for (size_t i = 0; i < b.n && i < limit && !b.found; i++) {
+		uint64_t modules = py_instance_attr(g->r, b.q[i].obj, "_modules");
+		b.prefix = b.q[i].path;
+		if (modules)
+			py_dict_items(g->r, modules, bfs_child, &b);
+	}
+	for (size_t i = 0; i < b.n; i++)
+		free(b.q[i].path);
+	free(b.q);
+	return b.found;
+}
+
+static void set_path(struct dump_module *m, const char *base, const char *rel)
+{
+	if (!rel)
+		snprintf(m->path, sizeof(m->path), "?");
+	else if (!strcmp(base, "<root>"))
+		snprintf(m->path, sizeof(m->path), "%s", rel);
+	else
+		snprintf(m->path, sizeof(m->path), "%s.%s", base, rel);
+}
+
+/* The running modules' paths, each found under the one that called it (else under the
+ * thread's outermost module). */
+static void name_modules(struct reading *g, struct dump_thread *th)
+{
+	for (int k = 0; k < th->nmods; k++) {
+		struct dump_module *m = &th->mods[k];
+		if (!k) {
+			snprintf(m->path, sizeof(m->path), "<root>");
+			continue;
+		}
+		char *rel = path_under(g, th->mods[k - 1].self, m->self, 4096);
+		if (rel) {
+			set_path(m, th->mods[k - 1].path, rel);
+		} else {
+			rel = path_under(g, th->mods[0].self, m->self, 1 << 16);
+			set_path(m, "<root>", rel);
+		}
+		free(rel);
+	}
 }
 
 struct raw_frame {
@@ -653,7 +718,7 @@ static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 			break;
 		}
 	/* modules, outermost first; torch 2's _wrapped_call_impl around _call_impl is one */
-	uint64_t root = 0, prev = 0;
+	uint64_t prev = 0;
 	const char *outer_marker = "";
 	for (int i = n; i-- > 0;) {
 		if (fr[i].marker[0])
@@ -664,12 +729,8 @@ static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 		if (self == prev || th->nmods == DUMP_MODULES_MAX)
 			continue;
 		prev = self;
-		if (!root)
-			root = self;
 		struct dump_module *m = &th->mods[th->nmods++];
 		m->self = self;
-		const char *path = self == root ? "<root>" : module_path(g, root, self);
-		snprintf(m->path, sizeof(m->path), "%s", path ? path : "?");
 		if (py_type_name(r, py_type(r, self), m->type, sizeof(m->type)))
 			snprintf(m->type, sizeof(m->type), "?");
 		snprintf(m->phase, sizeof(m->phase), "%s", outer_marker);
@@ -680,13 +741,12 @@ static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 			&g->tr, pm_u64(r, fr[i].f + o->iframe_localsplus + 16, NULL) & ~7ULL);
 		describe_call(g, args, kwargs, &m->args, &m->kwargs);
 	}
+	name_modules(g, th);
 }
 
 int dump_read(struct target *t, struct dump_snapshot *s)
 {
 	static struct reading g;
-	for (int i = 0; i < g.nroots; i++)
-		modtree_free(&g.roots[i]);
 	memset(&g, 0, sizeof(g));
 	g.t = t;
 	g.r = &t->reader;
@@ -714,15 +774,27 @@ int dump_read(struct target *t, struct dump_snapshot *s)
 	 * worker calling model.encoder): named in that model's tree. */
 	for (int i = 0; i < s->n; i++) {
 		struct dump_thread *th = &s->threads[i];
-		uint64_t root = th->nmods ? th->mods[0].self : 0;
-		for (int k = 0; root && k < g.nroots; k++) {
-			if (g.root_objs[k] == root || !modtree_find(&g.roots[k], root))
+		for (int j = 0; th->nmods && j < s->n; j++) {
+			const struct dump_thread *other = &s->threads[j];
+			if (j == i || !other->nmods || other->mods[0].self == th->mods[0].self)
 				continue;
+			char *at = path_under(&g, other->mods[0].self, th->mods[0].self, 1 << 16);
+			if (!at)
+				continue;
+			/* "<root>" becomes `at`, and "x.y" under it "at.x.y" */
 			for (int m = 0; m < th->nmods; m++) {
-				const struct mod_entry *e = modtree_find(&g.roots[k], th->mods[m].self);
-				snprintf(th->mods[m].path, sizeof(th->mods[m].path), "%s",
-					 e ? e->path : "?");
+				char *path = th->mods[m].path;
+				struct buf b = {0};
+				if (!m)
+					buf_puts(&b, at);
+				else if (strcmp(path, "?"))
+					buf_printf(&b, "%s.%s", at, path);
+				else
+					buf_puts(&b, "?");
+				snprintf(path, sizeof(th->mods[m].path), "%s", b.data);
+				buf_free(&b);
 			}
+			free(at);
 			break;
 		}
 	}

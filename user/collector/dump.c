@@ -947,7 +947,10 @@ static void print_text(const struct target *t, const struct dump_snapshot *s,
 								 "may mix moments");
 	for (int i = 0; i < s->n; i++) {
 		const struct dump_thread *th = &s->threads[i];
-		printf("\nThread %d (%s)", th->tid, th->name[0] ? th->name : "?");
+		if (th->tid)
+			printf("\nThread %d (%s)", th->tid, th->name[0] ? th->name : "?");
+		else /* its kernel thread id could not be read */
+			printf("\nThread ? (thread state %#lx)", (unsigned long)th->tstate);
 		if (th->phase[0])
 			printf(", phase %s", th->phase);
 		printf("\n");

@@ -284,3 +284,35 @@ def test_dump_time_on_a_32_layer_llama(evmbpf, tmp_path):
         ", ".join(f"{w * 1000:.1f}" for w, _, _ in runs),
         ", ".join(f"{r:.1f}" for _, r, _ in runs), ", ".join(f"{h:.1f}" for _, _, h in runs)))
     print(text)
+
+
+def test_dump_threads_of_another_pid_namespace(evmbpf, tmp_path):
+    """A target in its own pid namespace (a container's) knows its threads by that
+    namespace's ids; dump gives the host's, and each thread's top frame."""
+    flag = tmp_path / "started"
+    code = ("import threading, time\n"
+            "def worker():\n"
+            "    time.sleep(60)\n"
+            "threading.Thread(target=worker).start()\n"
+            f"open({str(flag)!r}, 'w').close()\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", HOST_PYTHON, "-c",
+                             code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not flag.exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.02)
+        pid = python_under(proc.pid, "threading")
+        with open(f"/proc/{pid}/status") as handle:
+            nspid = [l for l in handle if l.startswith("NSpid:")][0].split()[1:]
+        assert len(nspid) == 2 and nspid[1] == "1"
+        doc = dump_json(pid)
+        tasks = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert {t["tid"] for t in doc["threads"]} == tasks
+    frames = {t["tid"]: (t["frame"]["function"], t["frame"]["line"]) for t in doc["threads"]}
+    assert frames[pid] == ("<module>", 6)
+    assert [f for tid, f in frames.items() if tid != pid] == [("worker", 3)]

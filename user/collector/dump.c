@@ -64,7 +64,8 @@ struct reading {
 	const struct py_offsets *o;
 	struct trace tr;          /* for trace_is_module_call: its target only */
 	struct describe_ctx dctx;
-	int tasks[THREADS_MAX];   /* the kernel's threads of the process */
+	int tasks[THREADS_MAX];   /* the kernel's threads of the process (host ids) */
+	int ns_tasks[THREADS_MAX]; /* the same in the target's pid namespace */
 	int ntasks;
 	/* verdicts on types, so each is judged once */
 	struct { uint64_t type; int kind; } types[256];
@@ -510,24 +511,45 @@ static int frame_marker(struct reading *g, uint64_t from, size_t nwords, char *n
 
 /* ---------------------------------------------------------------- threads */
 
+/* The process's threads: their ids as the host sees them, and in the target's own pid
+ * namespace (the last NSpid entry), which is what the target itself reads (a
+ * container's). */
 static void list_tasks(struct reading *g)
 {
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/task", g->t->pid);
 	DIR *d = opendir(dir);
 	struct dirent *e;
-	while (d && (e = readdir(d)) && g->ntasks < THREADS_MAX)
-		if (e->d_name[0] != '.')
-			g->tasks[g->ntasks++] = atoi(e->d_name);
+	while (d && (e = readdir(d)) && g->ntasks < THREADS_MAX) {
+		if (e->d_name[0] == '.')
+			continue;
+		int tid = atoi(e->d_name), ns = tid;
+		char path[384], l[256];
+		snprintf(path, sizeof(path), "%s/%s/status", dir, e->d_name);
+		FILE *f = fopen(path, "re");
+		while (f && fgets(l, sizeof(l), f)) {
+			if (strncmp(l, "NSpid:", 6))
+				continue;
+			char *p = l + 6, *end;
+			for (long v; (v = strtol(p, &end, 10)), end != p; p = end)
+				ns = (int)v;
+			break;
+		}
+		if (f)
+			fclose(f);
+		g->tasks[g->ntasks] = tid;
+		g->ns_tasks[g->ntasks++] = ns;
+	}
 	if (d)
 		closedir(d);
 }
 
-static int is_task(const struct reading *g, uint64_t tid)
+/* The host's id of the thread the target calls tid; 0 when it is none of them. */
+static int host_tid(const struct reading *g, uint64_t tid)
 {
 	for (int i = 0; i < g->ntasks; i++)
-		if ((uint64_t)g->tasks[i] == tid)
-			return 1;
+		if ((uint64_t)g->ns_tasks[i] == tid)
+			return g->tasks[i];
 	return 0;
 }
 
@@ -537,15 +559,15 @@ static int thread_tid(struct reading *g, uint64_t ts)
 	uint64_t v;
 	if (off) {
 		v = pm_u64(g->r, ts + (uint64_t)off, NULL);
-		if (is_task(g, v))
-			return (int)v;
+		if (host_tid(g, v))
+			return host_tid(g, v);
 	}
 	/* pthread_t is glibc's struct pthread; its tid at 0x2d0 */
 	int id_off = g->o->version <= 310 ? TSTATE_THREAD_ID_310 : off - 8;
 	uint64_t pthread = pm_u64(g->r, ts + (uint64_t)id_off, NULL);
 	uint32_t tid = 0;
-	if (pthread && !pm_read(g->r, pthread + PTHREAD_TID_GLIBC, &tid, 4) && is_task(g, tid))
-		return (int)tid;
+	if (pthread && !pm_read(g->r, pthread + PTHREAD_TID_GLIBC, &tid, 4))
+		return host_tid(g, tid);
 	return 0;
 }
 

@@ -100,7 +100,9 @@ def test_doctor_without_capabilities(evmbpf):
     assert tracer.returncode != 0 and "CAP_BPF" in tracer.stderr
 
 
-CAP_SETS = [["bpf", "perfmon", "sys_ptrace"], ["sys_admin", "sys_ptrace"]]
+# the set the README documents; the other (the tracer attaches: slow) with EVMBPF_FULL_MATRIX=1
+CAP_SETS = [["bpf", "perfmon", "sys_ptrace"]] + (
+    [["sys_admin", "sys_ptrace"]] if os.environ.get("EVMBPF_FULL_MATRIX") else [])
 
 
 @pytest.mark.parametrize("caps", CAP_SETS, ids=["+".join(c) for c in CAP_SETS])

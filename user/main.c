@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "doctor.h"
+#include "dump.h"
 #include "readers.h"
 #include "tracer.h"
 #include "util.h"
@@ -18,6 +20,8 @@ static const char usage[] =
 	"  evmbpf summarize TRACE [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf dump --pid PID [--json]\n"
+	"  evmbpf doctor [--pid PID]\n"
 	"\n"
 	"Traces the torch.nn.Module calls of an unmodified CPython + PyTorch process with\n"
 	"eBPF uprobes and writes the module trace (schema 1.1) that the in-process tracer\n"
@@ -56,7 +60,9 @@ static const char usage[] =
 	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.[0-9]+$' --tail 5000\n"
 	"  sudo evmbpf -p 1234 -o t.jsonl --phase model_forward='lm_eval.models.huggingface:HFLM._model_call'\n"
 	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
-	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n";
+	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n"
+	"  sudo evmbpf dump --pid 1234                     what each thread is running, in modules\n"
+	"  sudo evmbpf doctor --pid 1234                   can it be traced, and if not, why\n";
 
 static int parse_long(const char *s, const char *what, long min, long max, long *out)
 {
@@ -80,6 +86,10 @@ int main(int argc, char **argv)
 {
 	if (argc > 1 && is_reader(argv[1]))
 		return readers_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "dump"))
+		return dump_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "doctor"))
+		return doctor_main(argc - 1, argv + 1);
 
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },

@@ -107,9 +107,14 @@ static int lt_svarint(const uint8_t *lt, size_t n, size_t *i)
 
 static int line_from_table(const struct tb_entry *tb)
 {
-	const uint8_t *lt = tb->linetable;
-	size_t n = tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX, i = 0;
-	int line = tb->firstlineno, addr = 0, target = tb->lasti / 2;
+	return trace_line_at(tb->linetable, tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX,
+			     tb->firstlineno, tb->lasti);
+}
+
+int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti)
+{
+	size_t i = 0;
+	int line = firstlineno, addr = 0, target = lasti / 2;
 	while (i < n) {
 		uint8_t b = lt[i++];
 		if (!(b & 0x80))

@@ -26,7 +26,7 @@ int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 
 /* Known TensorImpl layouts (DESIGN.md); the BPF side picks per tensor the one whose
  * pointer back to the Python object matches, user space checks sizes against numel. */
-static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
+const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	/* torch 1.13 (2.0 - 2.2 likely) */
 	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
 	  .dtype_off = 176, .device_off = 178, .device_order = 0 },

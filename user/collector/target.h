@@ -50,6 +50,8 @@ struct target {
 /* Fill t for a running pid. On failure prints one line naming the problem and what to
  * do about it, and returns -1. */
 int target_inspect(struct target *t, pid_t pid);
+/* The same, saying nothing: t->why says what failed. */
+int target_inspect_quiet(struct target *t, pid_t pid);
 /* Look for torch in the target's mappings; fills torch_version. 1 when found. */
 int target_find_torch(struct target *t);
 /* The pid of a process in its own pid namespace (the last NSpid entry); pid itself

@@ -102,6 +102,9 @@ int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first);
 /* A frame's first local as an object: through the cell it is kept in when a closure
  * captures it (3.11+; torch 2's Module._call_impl does that to self). */
 uint64_t trace_first_object(struct trace *t, uint64_t first);
+/* CPython 3.11+: the line of the code unit at byte offset lasti in a code object's
+ * location table (n bytes, lt); -1 when unknown. */
+int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti);
 /* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
 void trace_finish(struct trace *t, int exit_code);
 int trace_close(struct trace *t);

@@ -7,9 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <bpf/libbpf.h>
+
 #include "readers.h"
 #include "tracer.h"
 #include "util.h"
+#include "version.h"
 
 static const char usage[] =
 	"USAGE\n"
@@ -45,6 +48,7 @@ static const char usage[] =
 	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
 	"                       write no trace (what the kernel alone charges; no --out)\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
+	"  -V, --version        print evmbpf's version (and libbpf's, and the trace schema's)\n"
 	"  -h, --help           this text\n"
 	"\n"
 	"Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE. Supports CPython 3.9 to 3.14\n"
@@ -92,6 +96,7 @@ int main(int argc, char **argv)
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -99,7 +104,7 @@ int main(int argc, char **argv)
 	long v;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vVh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
@@ -165,6 +170,10 @@ int main(int argc, char **argv)
 		case 'v':
 			verbose++;
 			break;
+		case 'V':
+			printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
+			       libbpf_major_version(), libbpf_minor_version());
+			return 0;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;

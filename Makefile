@@ -8,6 +8,7 @@
 # make static     build/evmbpf-static: one file, no shared library (libc included)
 
 PREFIX   ?= /usr/local
+MANDIR   ?= $(PREFIX)/share/man
 BUILD    := build
 CC       ?= gcc
 CLANG    ?= clang
@@ -127,6 +128,7 @@ bench: deps
 
 install: $(BUILD)/evmbpf
 	install -D -m 0755 $(BUILD)/evmbpf $(DESTDIR)$(PREFIX)/bin/evmbpf
+	install -D -m 0644 docs/evmbpf.8 $(DESTDIR)$(MANDIR)/man8/evmbpf.8
 
 clean:
 	rm -rf $(BUILD)

@@ -235,7 +235,7 @@ int tracer_run(const struct tracer_opts *opts)
 {
 	if (privileges_check())
 		return 1;
-	libbpf_set_print(libbpf_print);
+	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
 	int rc = opts->command ? run_launch(opts) : run_attach(opts);
 	watchdog_stop();

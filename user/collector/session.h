@@ -45,7 +45,7 @@ int session_record(void *ctx, void *data, size_t size);
 int session_finish(struct session *s);
 
 /* probes.c */
-int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
+int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
 int session_load(struct session *s);
 int session_load_floor(struct session *s);
 void session_detach(struct session *s);

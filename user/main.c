@@ -47,6 +47,7 @@ static const char usage[] =
 	"                       drops) and its own CPU time and peak RSS as JSON to FILE\n"
 	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
 	"                       write no trace (what the kernel alone charges; no --out)\n"
+	"  -q, --quiet          no status line while tracing, no summary line at the end\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
 	"  -V, --version        print evmbpf's version (and libbpf's, and the trace schema's)\n"
 	"  -h, --help           this text\n"
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -104,7 +106,7 @@ int main(int argc, char **argv)
 	long v;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vVh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:qvVh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
@@ -166,6 +168,9 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			opts.probe_floor = 1;
+			break;
+		case 'q':
+			opts.quiet = 1;
 			break;
 		case 'v':
 			verbose++;

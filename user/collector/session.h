@@ -12,6 +12,7 @@
 #include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
 #include "evmbpf.skel.h"
 #include "floor.skel.h"
+#include "status.h"
 
 struct session {
 	const struct tracer_opts *opts;
@@ -26,6 +27,7 @@ struct session {
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
+	struct status status; /* the status line and the summary line */
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */

@@ -1,5 +1,5 @@
-"""The command line around the tracer: `--version` (one version, the same in the trace
-header), the man page (lint-clean, and naming every option `--help` lists, so the two
+"""The command line around the tracer: `--version` (one version; that the trace header
+says the same is checked on a real trace in test_status.py), the man page (lint-clean, and naming every option `--help` lists, so the two
 cannot drift apart) and `make install`."""
 import os
 import re
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from evmbpf_testlib import EVMBPF, REF_WORKLOADS, ROOT, load, run_launch
+from evmbpf_testlib import EVMBPF, ROOT
 
 MAN = os.path.join(ROOT, "docs", "evmbpf.8")
 VERSION_H = os.path.join(ROOT, "user", "common", "version.h")
@@ -37,17 +37,6 @@ def test_version_wins_over_other_options():
     """--version needs nothing else, and checks nothing else (no root, no --out)."""
     r = run("--modules", "x", "--version")
     assert r.returncode == 0 and r.stdout.startswith("evmbpf "), (r.stdout, r.stderr)
-
-
-@pytest.mark.root
-def test_header_version_is_the_same(tmp_path):
-    out = str(tmp_path / "t.jsonl")
-    r = run_launch(os.path.join(REF_WORKLOADS, "tiny_transformer.py"), out)
-    assert r.returncode == 0, r.stderr[-3000:]
-    header = load(out)[0]
-    assert header["event"] == "header"
-    assert header["tracer"]["version"] == version_macro()
-    assert run("--version").stdout.split()[1] == header["tracer"]["version"]
 
 
 # ---------------------------------------------------------------- man page

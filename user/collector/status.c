@@ -19,6 +19,11 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
 static void clear_line(void)
 {
 	if (on_screen && on_screen->shown) {
@@ -88,10 +93,10 @@ void status_tick(struct status *st, const struct trace *t, uint64_t dropped)
 	st->last_events = t->events;
 
 	char line[512], size[32];
-	int n = snprintf(line, sizeof(line), "%llu events (%.0f/s), %lld forwards, phase %s, "
-			 "%llu dropped", (unsigned long long)t->events, rate,
-			 (long long)t->forward_id, current_phase(st, t),
-			 (unsigned long long)dropped);
+	int n = snprintf(line, sizeof(line), "%llu event%s (%.0f/s), %lld forward%s, phase %s, "
+			 "%llu dropped", (unsigned long long)t->events, plural(t->events), rate,
+			 (long long)t->forward_id, plural((uint64_t)t->forward_id),
+			 current_phase(st, t), (unsigned long long)dropped);
 	long long bytes = out_size(st, t);
 	if (t->opts.tail > 0)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, ", last %ld kept in memory",
@@ -128,8 +133,8 @@ void status_end(struct status *st, const struct trace *t, uint64_t dropped)
 	char tail[48] = "";
 	if (t->opts.tail > 0 && t->events > (uint64_t)t->opts.tail)
 		snprintf(tail, sizeof(tail), " (the last %ld written)", t->opts.tail);
-	fprintf(stderr, "evmbpf: %llu events%s, %lld forwards, %llu dropped%s in %.1f s to %s\n",
-		(unsigned long long)t->events, tail, (long long)t->forward_id,
-		(unsigned long long)dropped, size, now_s() - st->t0,
+	fprintf(stderr, "evmbpf: %llu event%s%s, %lld forward%s, %llu dropped%s in %.1f s to %s\n",
+		(unsigned long long)t->events, plural(t->events), tail, (long long)t->forward_id,
+		plural((uint64_t)t->forward_id), (unsigned long long)dropped, size, now_s() - st->t0,
 		strcmp(st->out, "-") ? st->out : "stdout");
 }

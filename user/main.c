@@ -7,11 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <bpf/libbpf.h>
+
 #include "doctor.h"
 #include "dump.h"
 #include "readers.h"
 #include "tracer.h"
 #include "util.h"
+#include "version.h"
 
 static const char usage[] =
 	"USAGE\n"
@@ -48,7 +51,9 @@ static const char usage[] =
 	"                       drops) and its own CPU time and peak RSS as JSON to FILE\n"
 	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
 	"                       write no trace (what the kernel alone charges; no --out)\n"
+	"  -q, --quiet          no status line while tracing, no summary line at the end\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
+	"  -V, --version        print evmbpf's version (and libbpf's, and the trace schema's)\n"
 	"  -h, --help           this text\n"
 	"\n"
 	"Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE. Supports CPython 3.9 to 3.14\n"
@@ -101,7 +106,9 @@ int main(int argc, char **argv)
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
+		{ "quiet", no_argument, NULL, 'q' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -109,7 +116,7 @@ int main(int argc, char **argv)
 	long v;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:qvVh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
@@ -172,9 +179,16 @@ int main(int argc, char **argv)
 		case 'B':
 			opts.probe_floor = 1;
 			break;
+		case 'q':
+			opts.quiet = 1;
+			break;
 		case 'v':
 			verbose++;
 			break;
+		case 'V':
+			printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
+			       libbpf_major_version(), libbpf_minor_version());
+			return 0;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;

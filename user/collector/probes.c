@@ -12,7 +12,7 @@
 #include "util.h"
 #include "watchdog.h"
 
-int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 {
 	if (level == LIBBPF_DEBUG && verbose < 2)
 		return 0;

@@ -113,7 +113,9 @@ void session_collect(struct session *s, pid_t child)
 	 * first records, so that the ring buffer overflows on purpose */
 	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 	long stall_ms = stall ? atol(stall) : 0;
+	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
 	while (!s->ended && !stop_signal) {
+		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 		int n = s->rb ? ring_buffer__poll(s->rb, 100) : (usleep(100000), 0);
 		if (n >= 0 && s->rb) /* records that asked for no wakeup */
 			n = ring_buffer__consume(s->rb);
@@ -205,6 +207,7 @@ int session_finish(struct session *s)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
 	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 	int rc = trace_close(&s->trace);
+	status_end(&s->status, &s->trace, dropped);
 	if (verbose && s->skel)
 		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
 		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
@@ -235,7 +238,7 @@ int tracer_run(const struct tracer_opts *opts)
 {
 	if (privileges_check())
 		return 1;
-	libbpf_set_print(libbpf_print);
+	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
 	int rc = opts->command ? run_launch(opts) : run_attach(opts);
 	watchdog_stop();

@@ -12,6 +12,7 @@
 #include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
 #include "evmbpf.skel.h"
 #include "floor.skel.h"
+#include "status.h"
 
 struct session {
 	const struct tracer_opts *opts;
@@ -26,6 +27,7 @@ struct session {
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
+	struct status status; /* the status line and the summary line */
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
@@ -45,7 +47,7 @@ int session_record(void *ctx, void *data, size_t size);
 int session_finish(struct session *s);
 
 /* probes.c */
-int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
+int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
 int session_load(struct session *s);
 int session_load_floor(struct session *s);
 void session_detach(struct session *s);

@@ -13,6 +13,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "version.h"
 
 static void write_line(struct trace *t, struct buf *line)
 {
@@ -106,7 +107,7 @@ void trace_header(struct trace *t)
 	jw_key(&b, &f, "cuda"), jw_bool(&b, 0);
 	buf_printf(&b, ", \"i\": %lld", (long long)++t->seq);
 	/* extension: who wrote this trace, and in which pid namespace its pids and tids are */
-	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" TRACER_VERSION "\"");
+	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" EVMBPF_VERSION "\"");
 	buf_printf(&b, ", \"pid\": %d, \"python\": \"%d.%d\", \"probe\": \"slot_tp_call\"", t->target->pid,
 		   t->target->major, t->target->minor);
 	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"",

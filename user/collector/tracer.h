@@ -14,6 +14,7 @@ struct tracer_opts {
 	struct trace_opts trace;
 	const char *stats;      /* --stats FILE: counters and own rusage as JSON at the end */
 	int probe_floor;        /* --probe-floor: empty probes at the same place, no trace */
+	int quiet;              /* --quiet: no status line, no summary line */
 };
 
 /* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */

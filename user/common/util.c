@@ -6,10 +6,13 @@
 #include <string.h>
 
 int verbose;
+void (*diagnostic_hook)(void);
 
 void warnx_(const char *fmt, ...)
 {
 	va_list ap;
+	if (diagnostic_hook)
+		diagnostic_hook();
 	va_start(ap, fmt);
 	fputs("evmbpf: ", stderr);
 	vfprintf(stderr, fmt, ap);
@@ -22,6 +25,8 @@ void debugx(const char *fmt, ...)
 	if (!verbose)
 		return;
 	va_list ap;
+	if (diagnostic_hook)
+		diagnostic_hook();
 	va_start(ap, fmt);
 	fputs("evmbpf: ", stderr);
 	vfprintf(stderr, fmt, ap);

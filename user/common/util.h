@@ -10,6 +10,8 @@ extern int verbose;
 /* "evmbpf: ..." on stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void debugx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Called before each diagnostic, when set (the collector's status line clears itself). */
+extern void (*diagnostic_hook)(void);
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);

@@ -14,6 +14,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "modfilter.h"
 
 #define DEFAULT_PHASE "other"
 #define ROOT_NAME "<root>"
@@ -431,13 +432,8 @@ static int set_root(struct trace *t, uint64_t self)
 		       "only the root is named");
 	}
 	t->root = self;
-	if (t->has_pattern) {
-		for (size_t i = 0; i < t->mods.cap; i++) {
-			struct mod_entry *e = &t->mods.slots[i];
-			if (e->obj)
-				e->traced = regexec(&t->pattern, e->path, 0, NULL, 0) == 0;
-		}
-	}
+	if (t->pattern)
+		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
 		if (t->mods.slots[i].obj)
@@ -987,11 +983,12 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	t->opts = *opts;
 	t->out_path = path;
 	if (opts->modules) {
-		if (regcomp(&t->pattern, opts->modules, REG_EXTENDED | REG_NOSUB)) {
-			warnx_("--modules is not a valid regular expression: %s", opts->modules);
+		char why[512];
+		if (!(t->pattern = pyre_compile(opts->modules, why, sizeof(why)))) {
+			warnx_("--modules %s", why);
 			return -1;
 		}
-		t->has_pattern = 1;
+		debugx("--modules runs as the PCRE2 pattern %s", pyre_pcre2(t->pattern));
 	}
 	if (opts->tail > 0)
 		t->ring = xcalloc((size_t)opts->tail, sizeof(*t->ring));
@@ -1081,7 +1078,6 @@ int trace_close(struct trace *t)
 	free(t->threads);
 	free(t->last_exc);
 	modtree_free(&t->mods);
-	if (t->has_pattern)
-		regfree(&t->pattern);
+	pyre_free(t->pattern);
 	return rc;
 }

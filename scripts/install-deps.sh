@@ -8,6 +8,7 @@ packages=(
   libbpf-dev bpftool                      # BPF loading and skeletons
   libelf-dev libdw-dev zlib1g-dev         # symbol lookup in the target's binaries
   libcjson-dev                            # trace reading
+  libpcre2-dev                            # --modules, show --module: Python re over PCRE2
   python3 python3-pytest python3-torch    # the real target and the test runner
   debootstrap                             # chroots for the version matrix
   python3.11-dbg                          # a debug build, which evmbpf must refuse

@@ -68,6 +68,7 @@ struct parser {
 	size_t n, index;
 	long next;                 /* the lookahead token, NONE at the end */
 	struct sb out;
+	struct sb setbuf;          /* a [...] being read (here so that an error frees it) */
 	struct width *gw;          /* groupwidths; gw_set[g]: closed */
 	char *gw_set;
 	size_t groups, gcap;       /* state.groups: groups opened + 1 */
@@ -708,8 +709,11 @@ static void put_at(struct parser *p, uint32_t c, unsigned flags)
 /* [...]: *p is past the '['; `here` is where the '[' is. */
 static void parse_set(struct parser *p, size_t here, unsigned flags)
 {
-	struct sb set = { 0 };
+	struct sb *set = &p->setbuf;
 	int negate, any = 0, empty = 1;
+
+	set->len = 0;
+	sb_puts(set, "");
 	int ascii_fold = (flags & (F_A | F_I)) == (F_A | F_I);
 	char t1[16], t2[16];
 
@@ -732,13 +736,13 @@ static void parse_set(struct parser *p, size_t here, unsigned flags)
 				fail(p, tell(p) - here, "unterminated character set");
 			if (that == ']') {
 				if (a.kind == I_CAT)
-					put_category_in_class(&set, (int)a.c, flags);
+					put_category_in_class(set, (int)a.c, flags);
 				else {
-					put_char(&set, a.c, 1);
+					put_char(set, a.c, 1);
 					if (ascii_fold)
-						put_ascii_fold(&set, a.c, a.c);
+						put_ascii_fold(set, a.c, a.c);
 				}
-				put_char(&set, '-', 1);
+				put_char(set, '-', 1);
 				empty = 0;
 				break;
 			}
@@ -755,29 +759,28 @@ static void parse_set(struct parser *p, size_t here, unsigned flags)
 			if (hi >= 0xd800 && hi <= 0xdfff)
 				hi = 0xd7ff;
 			if (lo <= hi) {
-				put_char(&set, lo, 1);
-				sb_puts(&set, "-");
-				put_char(&set, hi, 1);
+				put_char(set, lo, 1);
+				sb_puts(set, "-");
+				put_char(set, hi, 1);
 				if (ascii_fold)
-					put_ascii_fold(&set, lo, hi);
+					put_ascii_fold(set, lo, hi);
 				empty = 0;
 			}
 		} else if (a.kind == I_CAT) {
-			put_category_in_class(&set, (int)a.c, flags);
+			put_category_in_class(set, (int)a.c, flags);
 			empty = 0;
 		} else if (!(a.c >= 0xd800 && a.c <= 0xdfff)) {
-			put_char(&set, a.c, 1);
+			put_char(set, a.c, 1);
 			if (ascii_fold)
-				put_ascii_fold(&set, a.c, a.c);
+				put_ascii_fold(set, a.c, a.c);
 			empty = 0;
 		}
 	}
 	if (empty)
 		sb_puts(&p->out, negate ? "(?s:.)" : "(?:(?!))");
 	else
-		sb_printf(&p->out, "%s[%s%s]%s", ascii_fold ? "(?-i:" : "", negate ? "^" : "", set.p,
+		sb_printf(&p->out, "%s[%s%s]%s", ascii_fold ? "(?-i:" : "", negate ? "^" : "", set->p,
 			  ascii_fold ? ")" : "");
-	free(set.p);
 }
 
 /* digits as a number, saturating */
@@ -1241,6 +1244,7 @@ static void parser_free(struct parser *p)
 	free(p->gw_set);
 	free(p->names);
 	free(p->out.p);
+	free(p->setbuf.p);
 }
 
 /* Translate; 0, or -1 with p->msg set (prefixed by what kind of failure it is). */

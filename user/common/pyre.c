@@ -652,6 +652,7 @@ struct seq {
 	int kind;                 /* of the last item */
 	size_t last_at;           /* where the last item's output begins */
 	struct width before, last;
+	int lookaround;           /* the last item is one, with no group inside */
 };
 
 static void seq_add(struct seq *q, struct parser *p, size_t at, int kind, uint64_t lo, uint64_t hi)
@@ -661,6 +662,7 @@ static void seq_add(struct seq *q, struct parser *p, size_t at, int kind, uint64
 	q->kind = kind;
 	q->last_at = at;
 	q->last = (struct width){ lo, hi };
+	q->lookaround = 0;
 	(void)p;
 }
 
@@ -838,6 +840,20 @@ static int parse_repeat(struct parser *p, struct seq *q, long this)
 	if (min > PCRE_REPEAT || (max != MAXREPEAT && max > PCRE_REPEAT))
 		refuse(p, "a repetition count above 65535 (PCRE2's limit)");
 	struct sb *o = &p->out;
+	if (q->lookaround) {
+		/* A repeated lookaround is tested once or not at all: as itself when it must
+		 * run, as nothing when it may not (PCRE2 would call a repeated one inside a
+		 * look-behind not fixed-length). */
+		if (min == 0) {
+			o->len = q->last_at;
+			sb_puts(o, "(?:)");
+		}
+		if (!match(p, '?'))
+			match(p, '+');
+		q->kind = K_REPEAT;
+		q->lookaround = 0;
+		return 1;
+	}
 	if (min == 0 && max == MAXREPEAT)
 		sb_puts(o, "*");
 	else if (min == 1 && max == MAXREPEAT)
@@ -1012,6 +1028,7 @@ static int parse_group(struct parser *p, struct seq *q, size_t start, int verbos
 		} else if (c == '=' || c == '!' || c == '<') {
 			int behind = 0;
 			long saved = p->lookbehindgroups;
+			size_t groups_at = p->groups;
 			if (c == '<') {
 				c = get(p);
 				if (c == NONE)
@@ -1032,6 +1049,7 @@ static int parse_group(struct parser *p, struct seq *q, size_t start, int verbos
 			if (behind && w.lo != w.hi)
 				p->bad_lookbehind = 1;
 			seq_add(q, p, at, K_OTHER, 0, 0);
+			q->lookaround = p->groups == groups_at;
 			return 0;
 		} else if (c == '(') {
 			size_t cstart, clen = getuntil(p, ')', "group name", &cstart);
@@ -1152,7 +1170,7 @@ static void put_literal(struct sb *o, uint32_t c, unsigned flags)
  * them for the rest of the pattern). */
 static struct width parse(struct parser *p, int verbose, int nested, int first, unsigned *flags)
 {
-	struct seq q = { K_NONE, 0, { 0, 0 }, { 0, 0 } };
+	struct seq q = { K_NONE, 0, { 0, 0 }, { 0, 0 }, 0 };
 	struct sb *o = &p->out;
 
 	for (;;) {

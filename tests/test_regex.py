@@ -79,7 +79,8 @@ HAND = [
     "(?i)mlp", "(?i)MLP$", "(?i:MLP)", "(?-i:MLP)", "(?i)(?-i:M)lp", "(?i)k", "(?i)ss",
     "(?i)ß", "(?x) l a y e r s \\. 0", "(?x)layers # a comment\n\\.0", "(?x)[ ]", "(?x)a\\ b",
     "(?x:a b)c", "(?x)a{1, 2}", "(?i)a(?i)b", "a(?i)b", "(?i)|(?m)", "(?L)a", "(?u)a",
-    "(?a)(?u)a", "(?au)a", "(?t)a", "(?ia)k", "(?ai)[k]", "(?ai)[a-z]$", "(?ai)[^k]", "(?ai)ß", "(?ai)K", "(?z)a", "(?i-i:a)", "(?-a:b)", "(?i", "(?i-",
+    "(?a)(?u)a", "(?au)a", "(?t)a", "(?ia)k", "(?ai)[k]", "(?ai)[a-z]$", "(?ai)[^k]", "(?ai)ß",
+    "(?ai)K", "(?z)a", "(?i-i:a)", "(?-a:b)", "(?i", "(?i-",
     "(?i-:a)", "(?-:a)", "(?i:", "(?is)a.b", "(?ims-x:a)", "(?-s:.)", "(?s:.)", "(?m:$)",
     "(?t:a)", "(?x)(?i)a", "(?x) (?i)a", "(?#c)(?i)a",
     # unicode and case
@@ -240,7 +241,7 @@ def test_show_module_matches_reference():
     valid = [p for p in PATTERNS if python_regex(p, [])[0] == "M"
              and not re.search("[\ud800-\udfff]", p)]   # not in an argv
     rnd = random.Random(7)
-    picked = [p for p in HAND if p in valid] + rnd.sample(valid, 60)
+    picked = [p for p in HAND if p in valid] + rnd.sample(valid, 30)
     # the patterns that select some modules but not all say more than the others
     ours = evmbpf_regex(picked, modules)
     picked = [p for p in picked if ours[p][0] == "M"]
@@ -311,7 +312,7 @@ def test_regex_fuzz_run(tmp_path):
     seeds.mkdir()
     for i, pattern in enumerate(HAND):
         (seeds / str(i)).write_bytes(pattern.encode("utf-8", "surrogatepass"))
-    got = subprocess.run([REGEX_FUZZER, "-max_total_time=15", "-timeout=5",
+    got = subprocess.run([REGEX_FUZZER, "-max_total_time=8", "-timeout=5",
                           f"-artifact_prefix={tmp_path}/", str(seeds)],
                          capture_output=True, text=True, timeout=120)
     crashes = [f for f in os.listdir(tmp_path) if f != "seeds"]

@@ -19,7 +19,7 @@ PYTHON   ?= /usr/bin/python3
 CFLAGS   ?= -O2 -g
 CFLAGS   += -Wall -Wextra -Wno-unused-parameter -std=gnu11 -D_GNU_SOURCE \
             -Iinclude -I$(BUILD) -MMD -MP
-LDLIBS   := -lbpf -lelf -lz -lcjson -lm
+LDLIBS   := -lbpf -lelf -lz -lcjson -lpcre2-8 -lm
 BPFFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Iinclude -Ivmlinux/$(ARCH) \
             -I$(BUILD) -Wall -Wno-unused-function -MMD -MP
 

@@ -10,6 +10,7 @@ packages=(
   libcjson-dev                            # trace reading
   dpkg-dev                                # make static: cJSON's Debian source (dpkg-source)
   mandoc groff-base                       # the man page's lint (tests/test_cli.py)
+  libpcre2-dev                            # --modules, show --module: Python re over PCRE2
   python3 python3-pytest python3-torch    # the real target and the test runner
   debootstrap                             # chroots for the version matrix
   python3.11-dbg                          # a debug build, which evmbpf must refuse

@@ -10,6 +10,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "modfilter.h"
 
 const char *trace_type_name(void *arg, uint64_t type)
 {
@@ -66,13 +67,8 @@ static int set_root(struct trace *t, uint64_t self)
 		       "only the root is named");
 	}
 	t->root = self;
-	if (t->has_pattern) {
-		for (size_t i = 0; i < t->mods.cap; i++) {
-			struct mod_entry *e = &t->mods.slots[i];
-			if (e->obj)
-				e->traced = regexec(&t->pattern, e->path, 0, NULL, 0) == 0;
-		}
-	}
+	if (t->pattern)
+		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
 		if (t->mods.slots[i].obj)

@@ -3,12 +3,12 @@
 #ifndef EVMBPF_TRACE_H
 #define EVMBPF_TRACE_H
 
-#include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "evmbpf.h"
 #include "modtree.h"
+#include "pyre.h"
 #include "target.h"
 #include "util.h"
 
@@ -53,8 +53,7 @@ struct trace {
 	FILE *out;
 	const char *out_path;
 	struct trace_opts opts;
-	regex_t pattern;
-	int has_pattern;
+	struct pyre *pattern;            /* --modules, or NULL */
 	struct target *target;
 	struct describe_ctx *dctx;
 	int type_map_fd;                 /* the BPF side's type names, or -1 */

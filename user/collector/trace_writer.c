@@ -143,11 +143,12 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	t->opts = *opts;
 	t->out_path = path;
 	if (opts->modules) {
-		if (regcomp(&t->pattern, opts->modules, REG_EXTENDED | REG_NOSUB)) {
-			warnx_("--modules is not a valid regular expression: %s", opts->modules);
+		char why[512];
+		if (!(t->pattern = pyre_compile(opts->modules, why, sizeof(why)))) {
+			warnx_("--modules %s", why);
 			return -1;
 		}
-		t->has_pattern = 1;
+		debugx("--modules runs as the PCRE2 pattern %s", pyre_pcre2(t->pattern));
 	}
 	if (opts->tail > 0)
 		t->ring = xcalloc((size_t)opts->tail, sizeof(*t->ring));
@@ -237,7 +238,6 @@ int trace_close(struct trace *t)
 	free(t->threads);
 	free(t->last_exc);
 	modtree_free(&t->mods);
-	if (t->has_pattern)
-		regfree(&t->pattern);
+	pyre_free(t->pattern);
 	return rc;
 }

@@ -134,8 +134,8 @@ static int parse_args(struct opts *o, int argc, char **argv)
 
 static int run(const struct opts *o, FILE *in, const char *file)
 {
-	regex_t re;
-	struct rd_buf why = { 0 };
+	struct pyre *re;
+	char why[512];
 	int rc;
 
 	if (strcmp(o->cmd, "summarize") == 0)
@@ -144,14 +144,12 @@ static int run(const struct opts *o, FILE *in, const char *file)
 		return rd_forwards(in, file, o->json, stdout);
 	if (!o->module || !*o->module)
 		return rd_show(in, file, o->forward, o->module, NULL, stdout);
-	if (rd_regex_compile(o->module, &re, &why) < 0) {
-		rd_warn("--module '%s' is not a regular expression evmbpf can use: %s",
-			o->module, rd_buf_str(&why));
-		rd_buf_free(&why);
+	if (!(re = pyre_compile(o->module, why, sizeof(why)))) {
+		rd_warn("--module %s", why);
 		return EXIT_USAGE;
 	}
-	rc = rd_show(in, file, o->forward, o->module, &re, stdout);
-	rd_regex_free(&re);
+	rc = rd_show(in, file, o->forward, o->module, re, stdout);
+	pyre_free(re);
 	return rc;
 }
 

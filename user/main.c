@@ -18,6 +18,7 @@ static const char usage[] =
 	"  evmbpf summarize TRACE [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE]\n"
 	"\n"
 	"Traces the torch.nn.Module calls of an unmodified CPython + PyTorch process with\n"
 	"eBPF uprobes and writes the module trace (schema 1.1) that the in-process tracer\n"
@@ -56,7 +57,8 @@ static const char usage[] =
 	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.[0-9]+$' --tail 5000\n"
 	"  sudo evmbpf -p 1234 -o t.jsonl --phase model_forward='lm_eval.models.huggingface:HFLM._model_call'\n"
 	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
-	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n";
+	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n"
+	"  evmbpf export trace.jsonl -o trace.json           a timeline for Perfetto / chrome://tracing\n";
 
 static int parse_long(const char *s, const char *what, long min, long max, long *out)
 {
@@ -73,7 +75,8 @@ static int parse_long(const char *s, const char *what, long min, long max, long 
 
 static int is_reader(const char *cmd)
 {
-	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards");
+	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards") ||
+	       !strcmp(cmd, "export");
 }
 
 int main(int argc, char **argv)

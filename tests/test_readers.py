@@ -481,7 +481,7 @@ def test_short_fuzz_run(tmp_path):
     for name in CORPUS_TRACES:
         with open(os.path.join(CORPUS, name), "rb") as handle:
             data = handle.read()[:60000]
-        for mode in (0, 1, 2, 3, 6, 9):
+        for mode in (0, 1, 2, 3, 6, 9, 11, 27):   # 11, 27: export chrome, speedscope
             (seeds / f"{name}-{mode}").write_bytes(bytes([mode]) + data)
     seconds = os.environ.get("EVMBPF_FUZZ_SECONDS", "45")
     got = subprocess.run([FUZZER, f"-max_total_time={seconds}", "-max_len=65536", "-timeout=10",

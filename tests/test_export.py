@@ -773,7 +773,7 @@ def test_damaged_traces_export_valid_files(traces, tmp_path):
         lines = handle.readlines()[:3000]
     rng = random.Random(5)
     path = str(tmp_path / "damaged.jsonl")
-    for n, text in enumerate(mutants(rng, lines, 40)):
+    for n, text in enumerate(mutants(rng, lines, 20)):
         with open(path, "w") as handle:
             handle.write(text)
         for fmt in ("chrome", "speedscope"):

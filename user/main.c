@@ -23,6 +23,7 @@ static const char usage[] =
 	"  evmbpf summarize TRACE [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE]\n"
 	"  evmbpf dump --pid PID [--json]\n"
 	"  evmbpf doctor [--pid PID]\n"
 	"\n"
@@ -68,7 +69,8 @@ static const char usage[] =
 	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
 	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n"
 	"  sudo evmbpf dump --pid 1234                     what each thread is running, in modules\n"
-	"  sudo evmbpf doctor --pid 1234                   can it be traced, and if not, why\n";
+	"  sudo evmbpf doctor --pid 1234                   can it be traced, and if not, why\n"
+	"  evmbpf export trace.jsonl -o trace.json          a timeline for Perfetto / chrome://tracing\n";
 
 static int parse_long(const char *s, const char *what, long min, long max, long *out)
 {
@@ -85,7 +87,8 @@ static int parse_long(const char *s, const char *what, long min, long max, long 
 
 static int is_reader(const char *cmd)
 {
-	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards");
+	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards") ||
+	       !strcmp(cmd, "export");
 }
 
 int main(int argc, char **argv)

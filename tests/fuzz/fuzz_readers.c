@@ -1,5 +1,6 @@
 /* libFuzzer harness for the offline readers: the line splitter, the JSON line parser,
- * the event decoder and the summarize / show / forwards logic, on an in-memory trace.
+ * the event decoder and the summarize / show / forwards / export logic, on an in-memory
+ * trace.
  *
  * The first byte picks the command and its options; the rest is the trace file.
  *   make -C tests fuzz FUZZ_SECONDS=600
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "reader_cmds.h"
 #include "reader_trace.h"
 
@@ -56,7 +58,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rd_show(in, "fuzz", (mode >> 3) % 4, "re", (mode & 4) ? layers : alternation, sink);
 		break;
 	default:
-		rd_forwards(in, "fuzz", (mode >> 2) & 1, sink);
+		if (mode & 8)
+			rd_export(in, "fuzz", (mode & 16) ? RD_EXPORT_SPEEDSCOPE : RD_EXPORT_CHROME,
+				  sink);
+		else
+			rd_forwards(in, "fuzz", (mode >> 2) & 1, sink);
 	}
 	fclose(in);
 	free(copy);

@@ -1,14 +1,16 @@
-/* evmbpf summarize | show | forwards: read a trace after the fact, no root needed.
+/* evmbpf summarize | show | forwards | export: read a trace after the fact, no root
+ * needed.
  *
  * Argument parsing and finding the trace file; the work is in reader_summary.c,
- * reader_show.c and reader_forwards.c. Output is the reference reader's text
- * (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
+ * reader_show.c, reader_forwards.c and export.c. The first three print the reference
+ * reader's text (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
 #include "readers.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "reader_cmds.h"
 #include "reader_trace.h"
 
@@ -22,6 +24,9 @@ struct opts {
 	int have_forward;
 	const char *module;
 	int json;
+	enum rd_export_format format;
+	const char *output;
+	int force;
 	int help;
 };
 
@@ -30,6 +35,7 @@ static const char usage_text[] =
 	"  evmbpf summarize TRACE [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE [--force]]\n"
 	"\n"
 	"TRACE is a trace .jsonl file, or a run directory holding debug/*.jsonl\n"
 	"(debug/trace.jsonl first).\n"
@@ -41,11 +47,20 @@ static const char usage_text[] =
 	"    -m, --module REGEX  only modules matching this Python regular expression\n"
 	"  forwards    the forwards in the trace: number, modules, phase, documents\n"
 	"    --json              as JSON, one object a forward\n"
+	"  export      the trace as a timeline: one slice a module call, per thread\n"
+	"    --format chrome     Trace Event JSON, for Perfetto (ui.perfetto.dev) and\n"
+	"                        chrome://tracing (the default)\n"
+	"    --format speedscope speedscope's evented format (speedscope.app, or the\n"
+	"                        `speedscope` npm package)\n"
+	"    -o, --output FILE   write it here (mode 0600) instead of to stdout; never over\n"
+	"                        an existing file unless --force\n"
 	"\n"
 	"EXAMPLES:\n"
 	"  evmbpf summarize run/debug/trace.jsonl\n"
 	"  evmbpf show run --forward 3 --module 'layers\\.0\\.'\n"
-	"  evmbpf forwards run --json\n";
+	"  evmbpf forwards run --json\n"
+	"  evmbpf export run/debug/trace.jsonl -o trace.json          then open it in Perfetto\n"
+	"  evmbpf export trace.jsonl --format speedscope -o trace.speedscope.json\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -95,6 +110,17 @@ static int parse_option(struct opts *o, int argc, char **argv, int *i)
 		o->module = v;
 	} else if (strcmp(argv[*i], "--json") == 0 && strcmp(o->cmd, "forwards") == 0) {
 		o->json = 1;
+	} else if ((v = value_of(argc, argv, i, "--format", NULL)) &&
+		   strcmp(o->cmd, "export") == 0) {
+		if (rd_export_format_of(v, &o->format) < 0)
+			return usage_error("--format is chrome or speedscope, not '%s'", v);
+	} else if ((v = value_of(argc, argv, i, "--output", "-o")) &&
+		   strcmp(o->cmd, "export") == 0) {
+		if (!*v)
+			return usage_error("%s", "--output wants a file name (or - for stdout)");
+		o->output = v;
+	} else if (strcmp(argv[*i], "--force") == 0 && strcmp(o->cmd, "export") == 0) {
+		o->force = 1;
 	} else if (strcmp(argv[*i], "-h") == 0 || strcmp(argv[*i], "--help") == 0) {
 		o->help = 1;
 	} else {
@@ -142,6 +168,8 @@ static int run(const struct opts *o, FILE *in, const char *file)
 		return rd_summarize(in, file, o->trace, o->tail, stdout);
 	if (strcmp(o->cmd, "forwards") == 0)
 		return rd_forwards(in, file, o->json, stdout);
+	if (strcmp(o->cmd, "export") == 0)
+		return rd_export_to(in, file, o->format, o->output, o->force);
 	if (!o->module || !*o->module)
 		return rd_show(in, file, o->forward, o->module, NULL, stdout);
 	if (!(re = pyre_compile(o->module, why, sizeof(why)))) {

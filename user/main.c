@@ -32,6 +32,10 @@ static const char usage[] =
 	"  -m, --modules REGEX  trace only modules whose path matches (POSIX extended regex,\n"
 	"                       searched anywhere in the path, like re.search)\n"
 	"  -t, --tail N         keep only the last N events in memory and write them at the end\n"
+	"      --numeric        tensor stats (NaN/Inf counts, min/max/mean/std/median) of CPU\n"
+	"                       tensors, read while their thread is held at the call\n"
+	"      --stop-on-nonfinite  at the first module whose output holds a NaN or an Inf:\n"
+	"                       end the trace, stop the target (SIGSTOP), exit 3; implies --numeric\n"
 	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
 	"      --phase NAME=[MODULE:]QUALNAME\n"
 	"                       name the phase of a forward by a Python function on the stack\n"
@@ -91,6 +95,8 @@ int main(int argc, char **argv)
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
+		{ "numeric", no_argument, NULL, 'N' },
+		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -161,6 +167,13 @@ int main(int argc, char **argv)
 			break;
 		case 'B':
 			opts.probe_floor = 1;
+			break;
+		case 'X':
+			opts.trace.stop_on_nonfinite = 1;
+			opts.trace.numeric = 1; /* it implies --numeric */
+			break;
+		case 'N':
+			opts.trace.numeric = 1;
 			break;
 		case 'v':
 			verbose++;

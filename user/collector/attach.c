@@ -94,8 +94,16 @@ int run_attach(const struct tracer_opts *opts)
 		return 1;
 	}
 	watch_running_modules(&s);
+	if (session_numeric_start(&s)) {
+		session_finish(&s);
+		if (strcmp(opts->out, "-"))
+			unlink(opts->out);
+		return 1;
+	}
 	session_announce(&s);
 	session_collect(&s, 0);
+	if (s.trace.nonfinite)
+		return session_stop_nonfinite(&s, 0);
 	int rc = session_finish(&s);
 	if (stop_signal)
 		fprintf(stderr, "detached from %d\n", opts->pid);

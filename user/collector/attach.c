@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hold.h"
 #include "procstate.h"
 #include "util.h"
 
@@ -83,6 +84,8 @@ int run_attach(const struct tracer_opts *opts)
 {
 	struct session s = { .opts = opts };
 	s.target.root_fd = -1;
+	if (opts->trace.numeric && hold_check(opts->pid))
+		return 1; /* a debugger holds it: said before anything is loaded */
 	if (session_prepare(&s, opts->pid)) {
 		session_detach(&s);
 		if (s.trace.out) {

@@ -8,6 +8,8 @@
 /* Seize every thread of pid (and, through PTRACE_O_TRACECLONE, those it starts). -1 with
  * a one-line message: a debugger is attached, the target catches SIGURG, no permission. */
 int hold_start(pid_t pid);
+/* hold_start's refusals, checked before anything is loaded: -1 (said) or 0 */
+int hold_check(pid_t pid);
 int hold_active(void);
 /* Until tid is stopped at its SIGURG: 0; -1 when it is gone or evmbpf is asked to stop. */
 int hold_wait(pid_t tid);

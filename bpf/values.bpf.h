@@ -12,6 +12,7 @@
 
 #include "state.bpf.h"
 #include "types.bpf.h"
+#include "hold.bpf.h"
 
 #define STACK_MAX 32
 #define ROOT_DEPTH 255
@@ -53,6 +54,8 @@ struct {
 
 static __always_inline __u64 rb_flags(__u32 rec_flags)
 {
+	if (rec_flags & REC_F_PTRACE) /* a thread waits for us */
+		return BPF_RB_FORCE_WAKEUP;
 	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
 		return 0;
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
@@ -91,6 +94,49 @@ static __always_inline void commit(struct scratch *s, struct dnode *n, __u32 siz
 	n->size = size;
 	s->off += size;
 	s->nodes++;
+}
+
+/* --numeric: where the tensor's values are (struct dnode_tensor_data, after the sizes),
+ * read from the TensorImpl in s->tmp and its StorageImpl. Returns the node's size in
+ * 8-byte words past the sizes (the sizes' own count plus the data's), for commit(). */
+static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
+					 struct dnode_tensor *t, __u64 impl, __u32 li, __u32 ndim)
+{
+	struct dnode_tensor_data *d = (void *)&t->sizes[ndim & 15];
+	__u16 base = layouts[li].backptr_off;
+	__u32 so = (layouts[li].sizes_off - base) & 63;
+	__u32 oo = (layouts[li].numel_off - 8 - base) & 255;
+	if (oo > TENSOR_CHUNK - 8 || !layouts[li].sdata_off) /* torch 1.7: StorageImpl not measured */
+		return ndim;
+	d->ok = 0;
+	d->offset = *(__s64 *)&s->tmp[oo];
+	__u64 storage = rd64(impl + layouts[li].storage_off);
+	__u64 dp[5] = {};
+	if (!storage || bpf_probe_read_user(dp, sizeof(dp), (void *)(storage + layouts[li].sdata_off)))
+		return ndim;
+	d->data = dp[0];
+	d->dev_type = (__u8)dp[3];
+	d->dev_index = (__s8)(dp[3] >> 8);
+	d->nbytes = dp[4];
+	if (layouts[li].sizes_kind == 1) {
+		/* torch 1.7: strides_, a SmallVector after sizes_ (3 pointers, 5 inline) */
+		__u64 begin = *(__u64 *)&s->tmp[(so + 64) & 127];
+		if (ndim && bpf_probe_read_user(d->strides, (ndim & 15) * 8 + 8, (void *)begin))
+			return ndim;
+	} else if (ndim <= 5) {
+		for (int k = 0; k < 5; k++)
+			if (k < ndim)
+				d->strides[k] = *(__s64 *)&s->tmp[(so + 48 + k * 8) & 127];
+	} else {
+		__u64 heap = *(__u64 *)&s->tmp[(so + 8) & 127];
+		if (bpf_probe_read_user(d->strides, (ndim & 15) * 8 + 8, (void *)(heap + ndim * 8)))
+			return ndim;
+	}
+	d->ok = 1;
+	n->flags |= N_F_DATA;
+	if (d->dev_type == 0 && t->numel > 0)
+		s->flags |= REC_F_WANT_HOLD;
+	return ndim + sizeof(*d) / 8 + ndim;
 }
 
 static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u64 obj)
@@ -191,6 +237,8 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 			ndim = 0;
 		}
 	}
+	if (numeric && ndim <= TENSOR_MAX_DIMS)
+		ndim = tensor_data(s, n, t, impl, li, ndim);
 	commit(s, n, sizeof(*n) + sizeof(*t) + 8 * (ndim & 31));
 }
 

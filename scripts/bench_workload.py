@@ -17,7 +17,10 @@ attaches meanwhile), and after the result wait for another line before exiting (
 tracer's BPF programs are still loaded then: their run-time counters can be read).
 --duration S: iterate for S seconds instead (--iters ignored), printing RSS-free
 progress lines {"t": seconds, "iters": n} every second (for soak runs).
---reference-trace OUT: run under the reference in-process tracer (evalmetry.debug).
+--reference-trace OUT: run under the reference in-process tracer (evalmetry.debug);
+--numeric: with its numeric mode on. The result has the process's peak RSS
+(getrusage ru_maxrss): the reference's numeric temporaries show there, evmbpf's none.
+big: eight element-wise modules over a 1000x1000 float32 tensor (1M-element activations).
 """
 import argparse
 import json
@@ -45,6 +48,23 @@ def build(name, torch):
 
         model = Many()
         x = torch.randn(1, 4)
+        return model, lambda: model(x)
+    if name == "big":
+        # activations of 1M elements: the reference's numeric temporaries are sized so
+        class Big(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([nn.Tanh(), nn.ReLU(), nn.GELU(), nn.Sigmoid(),
+                                             nn.Softsign(), nn.Hardtanh(), nn.SiLU(),
+                                             nn.Tanh()])
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        model = Big()
+        x = torch.randn(1000, 1000)
         return model, lambda: model(x)
     if name == "tiny":
         import importlib.util
@@ -98,6 +118,7 @@ def main():
     ap.add_argument("--duration", type=float)
     ap.add_argument("--reference-trace")
     ap.add_argument("--tail", type=int)
+    ap.add_argument("--numeric", action="store_true", help="the reference with numeric=True")
     ap.add_argument("--sync", action="store_true")
     args = ap.parse_args()
 
@@ -135,15 +156,17 @@ def main():
             from evalmetry.debug import DebugConfig, ModuleTracer
             from run_workload import _shim_old_torch
             _shim_old_torch(torch)
-            config = DebugConfig(enabled=True, tail=args.tail)
+            config = DebugConfig(enabled=True, tail=args.tail, numeric=args.numeric)
             tracer = ModuleTracer(model, config, args.reference_trace)
             with tracer.session():
                 secs, iters = timed()
         else:
             secs, iters = timed()
         calls = count_calls(torch, work)
+    import resource
     emit({"secs": secs, "iters": iters, "calls_per_iter": calls,
-          "python": sys.version.split()[0], "torch": torch.__version__})
+          "python": sys.version.split()[0], "torch": torch.__version__,
+          "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
     if args.sync:
         sys.stdin.readline()
 

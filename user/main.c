@@ -41,6 +41,10 @@ static const char usage[] =
 	"                       expression, as the in-process tracer's --debug-modules, with\n"
 	"                       re.search on the dotted path (the model itself is <root>)\n"
 	"  -t, --tail N         keep only the last N events in memory and write them at the end\n"
+	"      --numeric        tensor stats (NaN/Inf counts, min/max/mean/std/median) of CPU\n"
+	"                       tensors, read while their thread is held at the call\n"
+	"      --stop-on-nonfinite  at the first module whose output holds a NaN or an Inf:\n"
+	"                       end the trace, stop the target (SIGSTOP), exit 3; implies --numeric\n"
 	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
 	"      --phase NAME=[MODULE:]QUALNAME\n"
 	"                       name the phase of a forward by a Python function on the stack\n"
@@ -113,6 +117,8 @@ int main(int argc, char **argv)
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
 		{ "quiet", no_argument, NULL, 'q' },
+		{ "numeric", no_argument, NULL, 'N' },
+		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -191,6 +197,13 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 			opts.quiet = 1;
+			break;
+		case 'X':
+			opts.trace.stop_on_nonfinite = 1;
+			opts.trace.numeric = 1; /* it implies --numeric */
+			break;
+		case 'N':
+			opts.trace.numeric = 1;
 			break;
 		case 'v':
 			verbose++;

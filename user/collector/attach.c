@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hold.h"
 #include "procstate.h"
 #include "util.h"
 
@@ -83,6 +84,8 @@ int run_attach(const struct tracer_opts *opts)
 {
 	struct session s = { .opts = opts };
 	s.target.root_fd = -1;
+	if (opts->trace.numeric && hold_check(opts->pid))
+		return 1; /* a debugger holds it: said before anything is loaded */
 	if (session_prepare(&s, opts->pid)) {
 		session_detach(&s);
 		if (s.trace.out) {
@@ -94,8 +97,16 @@ int run_attach(const struct tracer_opts *opts)
 		return 1;
 	}
 	watch_running_modules(&s);
+	if (session_numeric_start(&s)) {
+		session_finish(&s);
+		if (strcmp(opts->out, "-"))
+			unlink(opts->out);
+		return 1;
+	}
 	session_announce(&s);
 	session_collect(&s, 0);
+	if (s.trace.nonfinite)
+		return session_stop_nonfinite(&s, 0);
 	int rc = session_finish(&s);
 	if (stop_signal)
 		fprintf(stderr, "detached from %d\n", opts->pid);

@@ -169,7 +169,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : DEFAULT_PHASE);
 	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
 	jw_key(&b, &first, "inspection"), jw_null(&b);
-	jw_key(&b, &first, "detected_at"), jw_null(&b);
+	jw_key(&b, &first, "detected_at"), t->nonfinite ? jw_cstr(&b, t->nonfinite) : jw_null(&b);
 	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
 	jw_key(&b, &first, "samples"), jw_null(&b);
 	jw_key(&b, &first, "batch_rows"), jw_null(&b);
@@ -262,4 +262,17 @@ void trace_finish(struct trace *t, int exit_code)
 	} else {
 		stacks_reconcile_all(t, "session ended");
 	}
+}
+
+void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
+			    const char *message)
+{
+	if (t->ended)
+		return;
+	t->ended = 1;
+	t->nonfinite = xstrdup(culprit);
+	/* raised in the culprit's exit hook, after it returned: the frame still open is its
+	 * parent's; the traceback is the reference tracer's own, which did not run here */
+	write_error(t, "NonFiniteOutput", message, NULL, tid);
+	stacks_reconcile_all(t, "session ended");
 }

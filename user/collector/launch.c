@@ -176,9 +176,21 @@ int run_launch(const struct tracer_opts *opts)
 		evmbpf_bpf__destroy(s.skel);
 		goto out;
 	}
+	if (session_numeric_start(&s)) {
+		session_finish(&s);
+		unlink(opts->out);
+		kill(child, SIGKILL);
+		kill(child, SIGCONT);
+		waitpid(child, &status, 0);
+		goto out;
+	}
 	session_announce(&s);
 	kill(child, SIGCONT);
 	session_collect(&s, child);
+	if (s.trace.nonfinite) {
+		rc = session_stop_nonfinite(&s, child);
+		goto out;
+	}
 	if (!s.ended && !stop_signal) {
 		/* the trace could not be written: the command goes on untraced, evmbpf waits
 		 * for it (it is evmbpf's child) and fails */

@@ -29,13 +29,16 @@ int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	/* torch 1.13 (2.0 - 2.2 likely) */
 	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
-	  .dtype_off = 176, .device_off = 178, .device_order = 0 },
+	  .dtype_off = 176, .device_off = 178, .device_order = 0, .storage_off = 24,
+	  .sdata_off = 24 },
 	/* torch 2.3 - 2.6 */
 	{ .impl_off = 24, .backptr_off = 56, .sizes_off = 64, .numel_off = 160,
-	  .dtype_off = 168, .device_off = 170, .device_order = 1 },
+	  .dtype_off = 168, .device_off = 170, .device_order = 1, .storage_off = 16,
+	  .sdata_off = 16 },
 	/* torch 2.13 / 2.14 */
 	{ .impl_off = 16, .backptr_off = 48, .sizes_off = 56, .numel_off = 152,
-	  .dtype_off = 160, .device_off = 162, .device_order = 1 },
+	  .dtype_off = 160, .device_off = 162, .device_order = 1, .storage_off = 16,
+	  .sdata_off = 16 },
 	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
 	 * on a [3, 4, 7] float16 view with storage offset 7 */
 	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
@@ -104,6 +107,7 @@ int session_load(struct session *s)
 		}
 	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
+	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "hold.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -48,11 +49,17 @@ int session_record(void *ctx, void *data, size_t size)
 		}
 		return 0;
 	}
+	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
+				 ? ((const struct rec_call *)data)->flags
+			 : h->kind == REC_STACK && size >= sizeof(struct rec_stack)
+				 ? ((const struct rec_stack *)data)->flags : 0;
+	/* --numeric: the thread stops at its SIGURG just after this record was written */
+	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	trace_record(&s->trace, data, size);
-	if ((h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
-	     (((const struct rec_call *)data)->flags & REC_F_HELD)) ||
-	    (h->kind == REC_STACK && size >= sizeof(struct rec_stack) &&
-	     (((const struct rec_stack *)data)->flags & REC_F_HELD))) {
+	s->trace.held = 0;
+	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
+		watchdog_pending(s->skel->bss->hold_codes); /* continued by hold_continue_all() */
+	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
@@ -114,11 +121,19 @@ void session_collect(struct session *s, pid_t child)
 	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 	long stall_ms = stall ? atol(stall) : 0;
 	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
-	while (!s->ended && !stop_signal) {
+	while (!s->ended && !stop_signal && !s->trace.nonfinite) {
 		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 		int n = s->rb ? ring_buffer__poll(s->rb, 100) : (usleep(100000), 0);
 		if (n >= 0 && s->rb) /* records that asked for no wakeup */
 			n = ring_buffer__consume(s->rb);
+		if (hold_active() && !s->trace.nonfinite) {
+			/* stops to pass on; then no thread stays held past its records */
+			hold_pump();
+			if (s->rb)
+				ring_buffer__consume(s->rb);
+			if (!s->trace.nonfinite)
+				hold_continue_all();
+		}
 		if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
 			/* where they were lost: after the records read so far */
 			uint64_t d = s->skel->bss->dropped_records;
@@ -143,7 +158,8 @@ void session_collect(struct session *s, pid_t child)
 		}
 		if (child > 0) {
 			int status;
-			pid_t w = waitpid(child, &status, WNOHANG);
+			pid_t w = hold_active() ? (hold_leader_exit(&status) ? child : 0)
+						: waitpid(child, &status, WNOHANG);
 			if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
 				s->ended = 1;
 				s->exit_code = status;
@@ -161,7 +177,7 @@ void session_collect(struct session *s, pid_t child)
 			}
 		}
 	}
-	if (s->rb)
+	if (s->rb && !s->trace.nonfinite)
 		ring_buffer__consume(s->rb);
 }
 
@@ -201,6 +217,7 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
+	hold_release(0); /* --numeric: every thread runs on, untraced */
 	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)

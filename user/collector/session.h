@@ -54,6 +54,11 @@ void session_detach(struct session *s);
 struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			       uint64_t off, const char *what);
 
+/* numeric_session.c: --numeric's hold, once the probes are placed (-1: refused, said);
+ * --stop-on-nonfinite's end: the target stopped, the trace finished; evmbpf's status 3 */
+int session_numeric_start(struct session *s);
+int session_stop_nonfinite(struct session *s, pid_t child);
+
 /* attach.c, launch.c: evmbpf's exit status */
 int run_attach(const struct tracer_opts *opts);
 int run_launch(const struct tracer_opts *opts);

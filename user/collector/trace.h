@@ -44,6 +44,8 @@ struct trace_opts {
 	const char *argv_note;   /* how the tracer was started, for the header */
 	struct phase_rule *rules;
 	size_t nrules;
+	int numeric;             /* --numeric: tensor stats, input_numeric events */
+	int stop_on_nonfinite;   /* --stop-on-nonfinite (implies numeric) */
 };
 
 /* Parse NAME=[MODULE:]QUALNAME; -1 when it is not of that form. */
@@ -89,6 +91,9 @@ struct trace {
 	struct rec_orphan early[64];     /* orphans seen before the model was known */
 	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
+	int held;                        /* --numeric: the record being read holds its thread */
+	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
+	                                  * a NaN or an Inf; the trace has ended there */
 };
 
 int trace_open(struct trace *t, struct target *target, const char *path, int force,
@@ -104,6 +109,10 @@ uint64_t trace_first_object(struct trace *t, uint64_t first);
 /* CPython 3.11+: the line of the code unit at byte offset lasti in a code object's
  * location table (n bytes, lt); -1 when unknown. */
 int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti);
+/* --stop-on-nonfinite: the reference's NonFiniteOutput error at the frame still open
+ * (detected_at: culprit) and the frames unwound as `session ended`; the trace ends. */
+void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
+			    const char *message);
 /* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
 void trace_finish(struct trace *t, int exit_code);
 int trace_close(struct trace *t);

@@ -85,8 +85,8 @@ void trace_header(struct trace *t)
 	buf_putc(&b, '{');
 	jw_key(&b, &c, "enabled"), jw_bool(&b, 1);
 	jw_key(&b, &c, "modules"), jw_cstr(&b, t->opts.modules);
-	jw_key(&b, &c, "numeric"), jw_bool(&b, 0);
-	jw_key(&b, &c, "stop_on_nonfinite"), jw_bool(&b, 0);
+	jw_key(&b, &c, "numeric"), jw_bool(&b, t->opts.numeric);
+	jw_key(&b, &c, "stop_on_nonfinite"), jw_bool(&b, t->opts.stop_on_nonfinite);
 	jw_key(&b, &c, "tail");
 	if (t->opts.tail > 0)
 		jw_int(&b, t->opts.tail);

@@ -125,7 +125,7 @@ def main():
     parser.add_argument("--fork-worker", action="store_true")
     parser.add_argument("--wait-for")
     parser.add_argument("--port", type=int, default=29500)
-    parser.add_argument("--timeout", type=float, default=60)
+    parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()
     if args.torchrun:
         rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)

@@ -95,6 +95,7 @@ static void read_proc(struct proc_end *p)
 				p->fail_ts = cJSON_IsNumber(v) ? v->valuedouble : last_ts;
 				snprintf(p->how, sizeof(p->how), "%s%s%.100s", type ? type : "error",
 					 msg && *msg ? ": " : "", msg ? msg : "");
+				p->how[strcspn(p->how, "\n")] = 0; /* its first line */
 			}
 			break;
 		}

@@ -96,7 +96,7 @@ def test_kill_rank_after_attach(tmp_path):
     os.makedirs(outdir)
     go = os.path.join(tmp, "go")
     job = subprocess.Popen(job_cmd(outdir, "--world", "2", "--kill-rank", "1", "--wait-for",
-                                   go, "--timeout", "30"),
+                                   go),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = job.stdout.readline()
     launcher = int(re.match(r"ready pid=(\d+)", line).group(1))

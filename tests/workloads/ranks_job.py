@@ -2,7 +2,7 @@
 small model's forwards with an all_reduce after each, as data-parallel evaluation does.
 
     ranks_job.py DIR [--world N] [--forwards K] [--reference] [--kill-rank R]
-                 [--torchrun] [--wait-for FILE] [--fork-worker]
+                 [--torchrun] [--wait-for FILE] [--fork-worker] [--time]
 
 Each rank writes DIR/rank{R}.pid (its pid) when it starts, and with --reference traces
 itself with the reference tracer into DIR/ref-rank{R}.jsonl (the reference is per
@@ -87,10 +87,15 @@ def rank_main(rank, world, args):
     inputs = [torch.randn(2 + rank, 8) for _ in range(args.forwards)]
 
     def work():
+        start = time.perf_counter()
         for x in inputs:
             out = model(x)
             total = out.sum().reshape(1)
             dist.all_reduce(total)
+        spent = time.perf_counter() - start
+        if args.time:  # 10 module calls a forward; the all_reduce counts in
+            with open(os.path.join(args.dir, f"time-rank{rank}.txt"), "w") as handle:
+                handle.write(f"{spent / (10 * len(inputs)) * 1e6:.3f}\n")
 
     with torch.no_grad():
         if args.reference:
@@ -124,6 +129,8 @@ def main():
     parser.add_argument("--torchrun", action="store_true")
     parser.add_argument("--fork-worker", action="store_true")
     parser.add_argument("--wait-for")
+    parser.add_argument("--time", action="store_true",
+                        help="write DIR/time-rank{R}.txt: microseconds a module call")
     parser.add_argument("--port", type=int, default=29500)
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args()

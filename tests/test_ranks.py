@@ -61,18 +61,26 @@ def check_job(world, tmp, outdir, refs):
 @pytest.mark.parametrize("world", [2, 4] if FULL else [2])
 def test_spawn_follow_every_rank(world, tmp_path):
     """launch --follow of a torch.multiprocessing.spawn job: one trace per process, each
-    rank's equal to the reference's in that rank; the header names parent and rank."""
+    rank's equal to the reference's in that rank; the header names parent and rank. Each
+    rank forks a worker (no exec) that calls modules: it is traced too, from its first
+    instruction after the fork."""
     tmp = str(tmp_path)
-    refs = reference_job(world, tmp)
+    refs = reference_job(world, tmp, "--fork-worker")
     outdir = os.path.join(tmp, "ev")
     os.makedirs(outdir)
     r = subprocess.run([EVMBPF, "--follow", "--out", os.path.join(outdir, "t-%p.jsonl"), "--",
-                        *job_cmd(outdir, "--world", str(world))],
+                        *job_cmd(outdir, "--world", str(world), "--fork-worker")],
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     pids = check_job(world, tmp, outdir, refs)
-    launcher = {header(load(p))["ppid"] for p in glob.glob(os.path.join(outdir, "t-*.jsonl"))
-                if header(load(p))["pid"] in pids.values()}
+    traces = [load(p) for p in glob.glob(os.path.join(outdir, "t-*.jsonl"))]
+    launcher = {header(t)["ppid"] for t in traces if header(t)["pid"] in pids.values()}
+    workers = [t for t in traces if header(t)["ppid"] in pids.values()]
+    assert sorted(header(t)["ppid"] for t in workers) == sorted(pids.values())
+    for worker in workers:
+        assert [(e["event"], e["module"]) for e in worker if e["event"] in ("enter", "exit")] == [
+            ("enter", "<root>"), ("enter", "0"), ("exit", "0"), ("enter", "1"), ("exit", "1"),
+            ("exit", "<root>")]
     assert len(launcher) == 1  # the ranks' parent: the spawning process, traced too
     parent = load(os.path.join(outdir, f"t-{launcher.pop()}.jsonl"))
     assert [e["event"] for e in parent] == ["header"]
@@ -83,6 +91,9 @@ def test_spawn_follow_every_rank(world, tmp_path):
     assert s.stdout.startswith(f"job: {len(glob.glob(os.path.join(outdir, 't-*.jsonl')))} processes\n")
     for pid in pids.values():
         assert re.search(rf"^  -\s+{pid}\s+\d+\s+3\s+finished ", s.stdout, re.M), s.stdout
+    for worker in workers:
+        assert re.search(rf"^  -\s+{header(worker)['pid']}\s+\d+\s+1\s+finished ", s.stdout,
+                         re.M), s.stdout
     assert "no process failed" in s.stdout
 
 

@@ -183,8 +183,11 @@ def test_several_processes_need_a_pattern(tmp_path):
 @pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_RANKS=1: torchrun in the trixie chroot")
 @pytest.mark.parametrize("world", [2, 4])
 def test_torchrun_trixie(world, tmp_path):
-    """torchrun (torch 2.6, its TCPStore without libuv: USE_LIBUV=0) in the trixie chroot:
-    RANK names the files (%r), each rank's trace equals the reference's."""
+    """torchrun (torch 2.6, built without libuv) in the trixie chroot: RANK names the files
+    (%r), each rank's trace equals the reference's. Neither rendezvous backend passes
+    USE_LIBUV=0 to its TCPStore: the c10d backend with a FileStore (store_type=file) and
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 avoid both; the workers' env:// store reads
+    USE_LIBUV."""
     err = chroot_ensure("trixie")
     if err:
         pytest.skip(f"trixie chroot: {err}")
@@ -193,8 +196,11 @@ def test_torchrun_trixie(world, tmp_path):
     guest_job = "/evmbpf/main/tests/workloads/ranks_job.py"
 
     def torchrun(outdir, *extra):
-        return [CHROOT_SH, "run", "trixie", "env", "USE_LIBUV=0", "python3", "-m",
-                "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+        return [CHROOT_SH, "run", "trixie", "env", "USE_LIBUV=0",
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", "python3", "-m",
+                "torch.distributed.run", "--nnodes=1", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=/evmbpf/out/{outdir}.rdzv", "--rdzv-conf", "store_type=file",
+                "--local-addr=127.0.0.1", f"--nproc-per-node={world}",
                 guest_job, "/evmbpf/out/" + outdir, "--torchrun", *extra]
 
     os.makedirs(os.path.join(tmp, "ref"))

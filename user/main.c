@@ -18,9 +18,9 @@
 
 static const char usage[] =
 	"USAGE\n"
-	"  evmbpf --pid PID --out FILE [--modules REGEX] [--tail N] [-v]\n"
-	"  evmbpf --out FILE [--modules REGEX] [--tail N] [-v] -- COMMAND [ARGS...]\n"
-	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf --pid PID[,PID...] --out FILE [--follow] [--modules REGEX] [--tail N] [-v]\n"
+	"  evmbpf --out FILE [--follow] [--modules REGEX] [--tail N] [-v] -- COMMAND [ARGS...]\n"
+	"  evmbpf summarize TRACE|DIR [TRACE...] [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
 	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE]\n"
@@ -33,9 +33,16 @@ static const char usage[] =
 	"every probe is gone and the target runs on.\n"
 	"\n"
 	"OPTIONS\n"
-	"  -p, --pid PID        attach to a running process (its pid as the host sees it)\n"
+	"  -p, --pid PID        attach to a running process (its pid as the host sees it);\n"
+	"                       repeat it or give a comma-separated list for several\n"
 	"  -o, --out FILE       write the trace here (\"-\" for stdout); created with mode\n"
-	"                       0600, never over an existing file unless --force\n"
+	"                       0600, never over an existing file unless --force. A pattern:\n"
+	"                       %p the pid, %r the rank (RANK, else LOCAL_RANK, of the\n"
+	"                       process's environment; empty without), %% a %; one file a\n"
+	"                       process, so several processes need %p or %r\n"
+	"  -f, --follow         trace every Python process the command (or the --pid targets)\n"
+	"                       starts, at any depth, from its first instruction: exec'd ones\n"
+	"                       and forks that call modules (DataLoader workers)\n"
 	"      --force          overwrite FILE if it exists\n"
 	"  -m, --modules REGEX  trace only modules whose path matches: a Python regular\n"
 	"                       expression, as the in-process tracer's --debug-modules, with\n"
@@ -108,6 +115,7 @@ int main(int argc, char **argv)
 
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
+		{ "follow", no_argument, NULL, 'f' },
 		{ "out", required_argument, NULL, 'o' },
 		{ "modules", required_argument, NULL, 'm' },
 		{ "tail", required_argument, NULL, 't' },
@@ -128,12 +136,26 @@ int main(int argc, char **argv)
 	long v;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:qvVh", longopts, NULL)) != -1) {
+	static pid_t pids[256];
+	opts.pids = pids;
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:fqvVh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
+			for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
+				if (parse_long(tok, "--pid", 1, INT_MAX, &v))
+					return 2;
+				if (opts.npids == 256) {
+					warnx_("at most 256 --pid");
+					return 2;
+				}
+				pids[opts.npids++] = (pid_t)v;
+			}
+			if (!opts.npids && parse_long(optarg, "--pid", 1, INT_MAX, &v))
 				return 2;
-			opts.pid = (pid_t)v;
+			opts.pid = pids[0];
+			break;
+		case 'f':
+			opts.follow = 1;
 			break;
 		case 'o':
 			if (!*optarg) {
@@ -236,6 +258,22 @@ int main(int argc, char **argv)
 	if (!opts.pid == !opts.command) {
 		warnx_(opts.pid ? "give either --pid or a command after --, not both"
 				: "give --pid PID, or a command after -- (see evmbpf --help)");
+		return 2;
+	}
+	if (opts.out) {
+		const char *problem = out_pattern_problem(opts.out, opts.follow || opts.npids > 1);
+		if (problem) {
+			warnx_("%s", problem);
+			return 2;
+		}
+	}
+	if (opts.trace.numeric && (opts.follow || opts.npids > 1)) {
+		warnx_("--numeric and --stop-on-nonfinite hold one process's threads: give one --pid, "
+		       "without --follow");
+		return 2;
+	}
+	if (opts.probe_floor && (opts.follow || opts.npids > 1)) {
+		warnx_("--probe-floor takes one --pid, without --follow");
 		return 2;
 	}
 	return tracer_run(&opts);

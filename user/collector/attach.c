@@ -16,7 +16,7 @@
  * frames instead (struct orphan_list) and says when they are gone, as the exit hooks of
  * a tracer registered at this moment would fire without an entry (`orphan` exits).
  * Read with the target stopped, where stopping it is safe (as for the first call's hold). */
-static void watch_running_modules(struct session *s)
+void watch_running_modules(struct session *s)
 {
 	struct target *t = &s->target;
 	const struct py_offsets *o = t->off;
@@ -90,8 +90,8 @@ int run_attach(const struct tracer_opts *opts)
 		session_detach(&s);
 		if (s.trace.out) {
 			trace_close(&s.trace);
-			if (strcmp(opts->out, "-"))
-				unlink(opts->out);
+			if (strcmp(s.trace.out_path, "-"))
+				unlink(s.trace.out_path);
 		}
 		evmbpf_bpf__destroy(s.skel);
 		return 1;

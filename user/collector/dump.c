@@ -1194,7 +1194,7 @@ int dump_main(int argc, char **argv)
 	} else if (hold_is_safe(pid, 0)) {
 		res.how = "stopped";
 		if (!watchdog_start(pid))
-			watchdog_pending(1);
+			watchdog_hold(pid, 1);
 		double h0 = now_ms();
 		if (kill(pid, SIGSTOP)) {
 			warnx_("cannot stop process %d: %s", pid, strerror(errno));
@@ -1206,7 +1206,7 @@ int dump_main(int argc, char **argv)
 		rc = dump_read(&t, &s);
 		kill(pid, SIGCONT);
 		res.held_ms = now_ms() - h0;
-		watchdog_pending(0);
+		watchdog_hold(pid, 0);
 		watchdog_stop();
 		res.reads = res.consistent = 1;
 	} else {

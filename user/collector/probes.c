@@ -123,7 +123,7 @@ int session_load(struct session *s)
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
-		watchdog_pending(1);
+		watchdog_hold(t->pid, 1);
 	struct bpf_link *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");

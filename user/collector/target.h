@@ -45,6 +45,8 @@ struct target {
 	uint64_t target_pid_ns_inode; /* the target's own pid namespace */
 	int ns_pid;                   /* the target's pid in its own namespace (NSpid's last) */
 	int root_fd;                  /* the target's root directory, kept open: source lines */
+	int ppid;                     /* its parent, when it was inspected */
+	char rank[16];                /* RANK, else LOCAL_RANK, of its environment: digits, or "" */
 };
 
 /* Fill t for a running pid. On failure prints one line naming the problem and what to
@@ -57,6 +59,8 @@ int target_find_torch(struct target *t);
 /* The pid of a process in its own pid namespace (the last NSpid entry); pid itself
  * when the kernel does not say. */
 int target_ns_pid(pid_t pid);
+/* ppid and rank (job.c). */
+void target_identity(struct target *t);
 /* Is the file mapped in the process an interpreter? (for launch mode: 1 yes, 0 no) */
 int target_is_python(pid_t pid);
 

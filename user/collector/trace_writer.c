@@ -110,6 +110,12 @@ void trace_header(struct trace *t)
 	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" EVMBPF_VERSION "\"");
 	buf_printf(&b, ", \"pid\": %d, \"python\": \"%d.%d\", \"probe\": \"slot_tp_call\"", t->target->pid,
 		   t->target->major, t->target->minor);
+	/* which process of a job: its parent, its rank (RANK, else LOCAL_RANK, or null) */
+	buf_printf(&b, ", \"ppid\": %d, \"rank\": ", t->target->ppid);
+	if (t->target->rank[0])
+		buf_puts(&b, t->target->rank);
+	else
+		buf_puts(&b, "null");
 	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"",
 		   (unsigned long long)t->target->pid_ns_inode);
 	buf_printf(&b, ", \"target_pid_namespace\": %llu, \"target_pid\": %d}",
@@ -152,11 +158,11 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	}
 	if (opts->tail > 0)
 		t->ring = xcalloc((size_t)opts->tail, sizeof(*t->ring));
-	static struct describe_ctx dctx;
-	dctx.type_name = trace_type_name;
-	dctx.arg = t;
-	dctx.reader = &target->reader;
-	t->dctx = &dctx;
+	/* one per trace: several processes are traced at once, each with its own memory */
+	t->dctx = xcalloc(1, sizeof(*t->dctx));
+	t->dctx->type_name = trace_type_name;
+	t->dctx->arg = t;
+	t->dctx->reader = &target->reader;
 
 	struct timespec rt, mono;
 	clock_gettime(CLOCK_REALTIME, &rt);
@@ -237,6 +243,8 @@ int trace_close(struct trace *t)
 	}
 	free(t->threads);
 	free(t->last_exc);
+	free(t->dctx);
+	t->dctx = NULL;
 	modtree_free(&t->mods);
 	pyre_free(t->pattern);
 	return rc;

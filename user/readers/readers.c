@@ -12,6 +12,7 @@
 
 #include "export.h"
 #include "reader_cmds.h"
+#include "reader_job.h"
 #include "reader_trace.h"
 
 #define EXIT_USAGE 2
@@ -28,11 +29,13 @@ struct opts {
 	const char *output;
 	int force;
 	int help;
+	char *traces[256]; /* summarize: every TRACE given (a job's, reader_job.c) */
+	int ntraces;
 };
 
 static const char usage_text[] =
 	"USAGE:\n"
-	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf summarize TRACE|DIR [TRACE...] [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
 	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE [--force]]\n"
@@ -42,6 +45,8 @@ static const char usage_text[] =
 	"\n"
 	"  summarize   how far the run got, where it stopped, and on whose behalf\n"
 	"    -n, --tail N        module events listed before the failure (default 10)\n"
+	"                a job's traces (several TRACEs, or a DIR of them): a line a process,\n"
+	"                the one that failed first, where each other was when it ended\n"
 	"  show        every module one forward ran, with what went in and out\n"
 	"    -f, --forward N     the forward to show (see `evmbpf forwards`)\n"
 	"    -m, --module REGEX  only modules matching this Python regular expression\n"
@@ -144,9 +149,12 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--") == 0 && i + 1 < argc)
 			i++;
-		if (o->trace)
+		if (o->trace && strcmp(o->cmd, "summarize") != 0)
 			return usage_error("one TRACE only; '%s' is a second one", argv[i]);
-		o->trace = argv[i];
+		if (!o->trace)
+			o->trace = argv[i];
+		if (o->ntraces < (int)(sizeof(o->traces) / sizeof(o->traces[0])))
+			o->traces[o->ntraces++] = argv[i];
 	}
 	if (o->help)
 		return 0;
@@ -199,6 +207,11 @@ int readers_main(int argc, char **argv)
 	/* a testing knob: small reads split lines (and \r\n) across reads */
 	if (getenv("EVMBPF_READ_CHUNK"))
 		rd_read_chunk = (size_t)strtoul(getenv("EVMBPF_READ_CHUNK"), NULL, 10);
+	if (strcmp(o.cmd, "summarize") == 0) { /* a job's traces (reader_job.c) */
+		rc = rd_job_main(o.traces, o.ntraces, o.tail);
+		if (rc >= 0)
+			return rc;
+	}
 	file = rd_resolve_trace(o.trace, &err);
 	if (!file) {
 		fprintf(stderr, "%s\n", err);

@@ -73,6 +73,33 @@ static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64
 	return 0;
 }
 
+/* Where the name sits in a keys object's entries (the index scan_keys would take the
+ * value at), or -1 when it is not among the first ATTR_SCAN. For the split tables of one
+ * type's instances (the type's shared keys), found once per record and used for each
+ * instance of that type read in it. */
+/* A global function: verified once, not at each call. */
+__noinline __s32 attr_slot(__u64 keys, __u32 which)
+{
+	__u64 lo, hi;
+	__u32 len;
+	if (!keys || attr_want(which, &lo, &hi, &len))
+		return -1;
+	__u64 nentries = rd64(keys + pyo.dk_nentries);
+	__u8 esize8, koff8;
+	__u64 entries = dict_entries(keys, &esize8, &koff8);
+	__u32 esize = esize8, koff = koff8;
+	for (__u32 i = 0; i < ATTR_SCAN; i++) {
+		if (i >= nentries)
+			break;
+		__u64 kv[2] = {};
+		if (bpf_probe_read_user(kv, 16, (void *)(entries + i * esize + koff)))
+			return -1;
+		if (kv[0] && key_matches(kv[0], lo, hi, len))
+			return i;
+	}
+	return -1;
+}
+
 static __always_inline __u64 dict_get(__u64 dict, __u64 lo, __u64 hi, __u32 len)
 {
 	if (!dict)

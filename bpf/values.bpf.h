@@ -150,15 +150,22 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 	t->layout = 0;
 	t->device_set = 0;
 	t->dtype_meta = 0;
+	int have_chunk = 0;
+	__u64 impl = 0;
 	for (__u32 k = 0; k <= TENSOR_LAYOUTS; k++) {
 		/* the layout that matched last time first, then all in order */
 		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
 		if (li >= TENSOR_LAYOUTS || li >= n_layouts)
 			continue;
-		__u64 impl = rd64(obj + layouts[li].impl_off);
+		impl = rd64(obj + layouts[li].impl_off);
 		if (!impl)
 			continue;
-		__u64 back = rd64(impl + layouts[li].backptr_off);
+		/* the chunk starts at the back pointer: one read checks the layout and, when it
+		 * matches, holds what follows */
+		__u64 back;
+		have_chunk = !bpf_probe_read_user(s->tmp, TENSOR_CHUNK,
+						  (void *)(impl + layouts[li].backptr_off));
+		back = have_chunk ? *(__u64 *)s->tmp : rd64(impl + layouts[li].backptr_off);
 		if ((back & ~1ULL) != obj)
 			continue;
 		found = li + 1;
@@ -173,12 +180,13 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 		return;
 	if (found != hint)
 		layout_hint = found;
-	__u64 impl = rd64(obj + layouts[li].impl_off);
 	__u16 base = layouts[li].backptr_off;
-	if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
-		__sync_fetch_and_add(&read_faults, 1);
-		commit(s, n, sizeof(*n) + sizeof(*t));
-		return;
+	if (!have_chunk) {
+		if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
+			__sync_fetch_and_add(&read_faults, 1);
+			commit(s, n, sizeof(*n) + sizeof(*t));
+			return;
+		}
 	}
 	__u32 so = (layouts[li].sizes_off - base) & 63;
 	__u32 no = (layouts[li].numel_off - base) & 255;
@@ -244,8 +252,16 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 
 static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 obj)
 {
-	__u64 len = rd64(obj + pyo.str_length);
-	__u32 state = (__u32)rd64(obj + pyo.str_state);
+	__u64 len, *hdr = (__u64 *)s->tmp;
+	__u32 state;
+	if (pyo.str_state == pyo.str_length + 16 &&
+	    !bpf_probe_read_user(hdr, 24, (void *)(obj + pyo.str_length))) {
+		len = hdr[0]; /* length, hash, state: one read */
+		state = (__u32)hdr[2];
+	} else {
+		len = rd64(obj + pyo.str_length);
+		state = (__u32)rd64(obj + pyo.str_state);
+	}
 	__u32 kind = (state >> 2) & 7;
 	__u32 compact = (state >> 5) & 1;
 	__u32 ascii = (state >> 6) & 1;
@@ -354,9 +370,17 @@ static __always_inline __u64 dict_entries(__u64 keys, __u8 *esize, __u8 *koff)
 static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
 {
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
-	__u64 used = rd64(obj + pyo.dict_used);
-	__u64 keys = rd64(obj + pyo.dict_keys);
-	__u64 values = rd64(obj + pyo.dict_values);
+	__u64 used, keys, values, *d = (__u64 *)s->tmp;
+	if (pyo.dict_keys == pyo.dict_used + 16 && pyo.dict_values == pyo.dict_used + 24 &&
+	    !bpf_probe_read_user(d, 32, (void *)(obj + pyo.dict_used))) {
+		used = d[0]; /* ma_used, the version, ma_keys, ma_values: one read */
+		keys = d[2];
+		values = d[3];
+	} else {
+		used = rd64(obj + pyo.dict_used);
+		keys = rd64(obj + pyo.dict_keys);
+		values = rd64(obj + pyo.dict_values);
+	}
 	__u32 items = used < width ? used : width;
 
 	n->kind = N_DICT;
@@ -368,14 +392,27 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 	if (!items)
 		return;
 	__u8 esize, koff;
-	__u64 entries = dict_entries(keys, &esize, &koff);
+	__u64 entries, limit, *kh = (__u64 *)s->tmp;
+	if (!pyo.dk_size && pyo.dk_nentries == 24 && pyo.dk_log2_index_bytes < 24 &&
+	    pyo.dk_kind < 24 && !bpf_probe_read_user(kh, 32, (void *)keys)) {
+		/* 3.11+: the keys object's header in one read (dict_entries' answer) */
+		__u8 log2_index = ((__u8 *)kh)[pyo.dk_log2_index_bytes & 31];
+		__u8 dkind = ((__u8 *)kh)[pyo.dk_kind & 31];
+		esize = dkind ? 16 : 24;
+		koff = dkind ? 0 : 8;
+		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+		limit = kh[3];
+	} else {
+		entries = dict_entries(keys, &esize, &koff);
+		limit = rd64(keys + pyo.dk_nentries);
+	}
 	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
 	if (!w) {
 		n->items = 0;
 		return;
 	}
 	w->count = items;
-	w->limit = rd64(keys + pyo.dk_nentries);
+	w->limit = limit;
 	w->esize = esize;
 	w->koff = koff;
 }

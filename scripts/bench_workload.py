@@ -3,14 +3,16 @@
 work inside the process (time.perf_counter, after a warm-up), so that process start-up,
 imports and model building are not counted. Prints one JSON line per step on stdout.
 
-    bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S]
+    bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S] [--layers N]
                       [--reference-trace OUT [--tail N]] [--sync]
 
 WORKLOAD: small (a ModuleList of 200 nn.Identity called in a loop: the most module calls
 per second one Python thread can make, the worst case for overhead), linear (200 tiny
 nn.Linear), tiny (the reference's tiny transformer, its run() per iteration), llama (an
 HF LlamaForCausalLM built from a small config, one greedy generate per iteration; needs
-transformers: run it in the sid chroot).
+transformers: run it in the sid chroot), llama-depth (an HF LlamaModel of --layers decoder
+layers with tiny widths, one `model(ids)` per iteration: its DynamicCache goes to every
+decoder layer and attention call, the cost that grows with a model's depth; sid chroot).
 
 --sync: print {"ready": PID} and wait for a line on stdin before the warm-up (a tracer
 attaches meanwhile), and after the result wait for another line before exiting (the
@@ -32,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "reference"))
 
 
-def build(name, torch):
+def build(name, torch, layers=2):
     nn = torch.nn
     if name in ("small", "linear"):
         class Many(nn.Module):
@@ -88,6 +90,15 @@ def build(name, torch):
             model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False,
                            pad_token_id=0)
         return model, work
+    if name == "llama-depth":
+        from transformers import LlamaConfig, LlamaModel
+        config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=layers, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=64)
+        model = LlamaModel(config)
+        model.eval()
+        ids = torch.randint(0, 64, (1, 8))
+        return model, lambda: model(ids, use_cache=True)
     sys.exit(f"unknown workload {name!r}")
 
 
@@ -120,12 +131,13 @@ def main():
     ap.add_argument("--tail", type=int)
     ap.add_argument("--numeric", action="store_true", help="the reference with numeric=True")
     ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--layers", type=int, default=2, help="llama-depth: decoder layers")
     args = ap.parse_args()
 
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model, work = build(args.workload, torch)
+    model, work = build(args.workload, torch, args.layers)
     if args.sync:
         emit({"ready": os.getpid()})
         sys.stdin.readline()
@@ -164,7 +176,7 @@ def main():
             secs, iters = timed()
         calls = count_calls(torch, work)
     import resource
-    emit({"secs": secs, "iters": iters, "calls_per_iter": calls,
+    emit({"secs": secs, "iters": iters, "warmup": args.warmup, "calls_per_iter": calls,
           "python": sys.version.split()[0], "torch": torch.__version__,
           "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
     if args.sync:

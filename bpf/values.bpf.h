@@ -111,8 +111,11 @@ static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
 	d->ok = 0;
 	d->offset = *(__s64 *)&s->tmp[oo];
 	__u64 storage = rd64(impl + layouts[li].storage_off);
-	__u64 dp[5] = {};
-	if (!storage || bpf_probe_read_user(dp, sizeof(dp), (void *)(storage + layouts[li].sdata_off)))
+	/* the DataPtr (data, context, deleter, device) and size_bytes_, in s->tmp past the
+	 * TensorImpl's chunk: off the stack, which the walk's frames share (512 bytes) */
+	__u64 *dp = (__u64 *)&s->tmp[TENSOR_CHUNK + 8];
+	_Static_assert(TENSOR_CHUNK + 8 + 5 * 8 <= sizeof(((struct scratch *)0)->tmp), "tmp");
+	if (!storage || bpf_probe_read_user(dp, 5 * 8, (void *)(storage + layouts[li].sdata_off)))
 		return ndim;
 	d->data = dp[0];
 	d->dev_type = (__u8)dp[3];

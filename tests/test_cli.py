@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -114,3 +115,11 @@ def test_make_install_installs_binary_and_man_page(tmp_path):
     assert oct(man.stat().st_mode & 0o777) == "0o644"
     r = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     assert r.stdout.startswith(f"evmbpf {version_macro()} ")
+
+
+def test_header_changes_rebuild_exactly_their_includers():
+    """make check-deps: each header's change rebuilds what includes it, and no more."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, os.path.join(root, "scripts", "check-deps.py")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -83,7 +83,7 @@ $(BUILD)/evmbpf: $(USER_OBJS)
 # cJSON.c is compiled from the Debian source package of the installed libcjson-dev
 # (scripts/cjson-source.sh), whose cJSON.h is the one the readers were compiled with.
 STATIC_DIR    := $(BUILD)/static
-STATIC_LDLIBS := -lbpf -lelf -lz -lm
+STATIC_LDLIBS := -lbpf -lelf -lz -lpcre2-8 -lm
 
 static: $(BUILD)/evmbpf-static
 

@@ -1136,18 +1136,10 @@ int dump_main(int argc, char **argv)
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":p:vh", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'p': {
-			char *end;
-			errno = 0;
-			long v = strtol(optarg, &end, 10);
-			if (!*optarg || *end || errno || v < 1 || v > INT_MAX) {
-				warnx_("--pid must be a whole number from 1 to %d, not '%s'", INT_MAX,
-				       optarg);
+		case 'p':
+			if (parse_pid(optarg, &pid))
 				return 2;
-			}
-			pid = (pid_t)v;
 			break;
-		}
 		case 'j':
 			json = 1;
 			break;

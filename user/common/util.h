@@ -2,6 +2,7 @@
 #ifndef EVMBPF_UTIL_H
 #define EVMBPF_UTIL_H
 
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdbool.h>
 
@@ -28,5 +29,8 @@ void buf_put(struct buf *b, const char *s, size_t n);
 void buf_puts(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_free(struct buf *b);
+
+/* --pid's value: a whole number from 1 to INT_MAX; -1 (said on stderr) otherwise. */
+int parse_pid(const char *text, pid_t *out);
 
 #endif

@@ -58,6 +58,10 @@ int session_record(void *ctx, void *data, size_t size)
 	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	trace_record(&s->trace, data, size);
 	s->trace.held = 0;
+	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
+	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
+	if (!(s->trace.records & 1023))
+		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
 		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue_all() */
 	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {

@@ -252,3 +252,53 @@ def test_reference_reader_reads_a_trace_with_gpu_events(tmp_path, plain_runs):
         if e["module"] == "<root>":
             assert e["kernels"] == n
     assert gpu[-1]["kernels"] == len(enters) and gpu[-1]["unattributed_kernels"] == 0
+
+
+# ---- the device statistics' host-side reference ----
+
+def _stats_cases():
+    import torch
+    g = torch.Generator().manual_seed(0)
+    big = torch.randn(10007, generator=g, dtype=torch.float64) * 3 + 1
+    big[::97] = float("nan")
+    big[5::301] = float("inf")
+    big[7::503] = float("-inf")
+    return [
+        ("small", torch.tensor([3.0, 1.0, float("nan"), 2.0, float("-inf"), 4.0])),
+        ("even count", torch.tensor([4.0, -1.0, 2.5, 2.5, 0.0, -0.0])),
+        ("one value", torch.tensor([7.25])),
+        ("no finite", torch.tensor([float("nan"), float("inf")])),
+        ("float16", (torch.randn(333, generator=g) * 100).half()),
+        ("bfloat16", (torch.randn(257, generator=g) * 1e3).bfloat16()),
+        ("float32 wide", torch.randn(4096 * 3 + 5, generator=g) * 1e30),
+        ("blocks, non-finite", big),
+        ("constant", torch.full((9000,), -2.5)),
+        ("int64 past 2^24", torch.tensor([2 ** 24 + 1, -(2 ** 30) - 3, 5])),
+        ("bool", torch.tensor([True, False, True])),
+        ("empty", torch.zeros(0)),
+    ]
+
+
+def test_device_stats_reference_matches_the_reference_tracer():
+    """The reductions the agent will run on the device, in their block and radix-select
+    order, against the reference's _tensor_stats (the CPU path's rules): counts, min, max
+    and median equal, mean and std within 1e-9 relative."""
+    import math
+    import torch
+    for name, t in _stats_cases():
+        want = debug._tensor_stats(t)
+        kind = "float" if t.is_floating_point() else "int"
+        values = t.double().tolist() if kind == "float" else t.long().tolist()
+        text = kind + "\n" + "".join(f"{v!r}\n" for v in values)
+        got = subprocess.run([EVMBPF, "cupti-stats"], input=text, capture_output=True,
+                             text=True, timeout=60)
+        assert got.returncode == 0, got.stderr
+        ours = json.loads(got.stdout)
+        assert set(ours) == set(want), (name, ours, want)
+        for key, value in want.items():
+            if key in ("mean", "std") and value:
+                assert math.isclose(ours[key], value, rel_tol=1e-9, abs_tol=0), (name, key)
+            elif key in ("mean", "std"):
+                assert abs(ours[key]) < 1e-12, (name, key, ours[key])
+            else:
+                assert ours[key] == value, (name, key, ours[key], value)

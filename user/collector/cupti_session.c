@@ -43,7 +43,7 @@ static int find_agent(char *out, size_t size)
 		snprintf(out, size, "%s", given);
 		return access(out, R_OK);
 	}
-	char exe[PATH_MAX];
+	char exe[PATH_MAX - 64];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	if (n <= 0)
 		return -1;
@@ -61,7 +61,7 @@ static int find_agent(char *out, size_t size)
 
 int cupti_launch_prepare(void)
 {
-	char agent[PATH_MAX];
+	char agent[PATH_MAX + 64];
 	const char *other = getenv("CUDA_INJECTION64_PATH");
 	if (other && *other) {
 		warnx_("--cupti: CUDA_INJECTION64_PATH is already set (%s): another tool injects "

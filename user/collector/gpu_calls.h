@@ -67,5 +67,7 @@ size_t gpu_calls_at(const struct gpu_calls *g, uint32_t tid, uint64_t ns);
 void gpu_calls_resolve(struct gpu_calls *g);
 /* evmbpf cupti-replay (cupti_replay.c): a recorded sequence on stdin, events on stdout. */
 int gpu_calls_replay(void);
+/* evmbpf cupti-stats (cupti_replay.c): the device stats' host-side reference on stdin. */
+int cupti_stats_main(void);
 
 #endif

@@ -51,6 +51,6 @@ fi
 # The CUPTI agent's headers (cupti.h, cuda.h) from Debian's non-free archive, unpacked
 # under /var/cache/evmbpf/cupti; without them the agent's build and tests are skipped.
 if [ "$(id -u)" = 0 ]; then
-  scripts/cupti-headers.sh ensure >/dev/null ||
+  "$(dirname "$0")/cupti-headers.sh" ensure >/dev/null ||
     echo "install-deps: no CUPTI headers; the CUPTI agent (--cupti) is not built" >&2
 fi

@@ -13,7 +13,9 @@
  * (EVMBPF_CUPTI_LIB, else the libcupti of the target's torch wheels, else the loader's).
  * It never blocks the job: no lock of its own, and when anything fails it says why in
  * the ring's note, and the job runs on without it. */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <glob.h>
@@ -286,6 +288,13 @@ static void at_exit(void)
 	__atomic_store_n(&ring->state, 3, __ATOMIC_RELEASE);
 }
 
+/* CUDA's major version of a CUPTI API version: 13's count 130000 up, 12's 18 to 24,
+ * older ones less (the activity records' layouts change between majors) */
+static unsigned generation(uint32_t api)
+{
+	return api >= 100000 ? api / 10000 : api >= 18 ? 12 : 11;
+}
+
 /* --- the driver's entry ------------------------------------------------------------ */
 
 EXPORT int InitializeInjection(void)
@@ -331,10 +340,12 @@ EXPORT int InitializeInjection(void)
 	cu.GetVersion(&version);
 	/* the activity records' layouts are those of the CUPTI it runs with: one of another
 	 * generation than the headers it was built against would be misread */
-	if (version < CUPTI_API_VERSION || (version >= 130000) != (CUPTI_API_VERSION >= 130000))
-		return give_up("CUPTI API version %u, the agent was built against %u: rebuild it "
-			       "(make agent CUPTI_INC=...) against this CUPTI's headers",
-			       version, (unsigned)CUPTI_API_VERSION);
+	if (generation(version) != generation(CUPTI_API_VERSION))
+		return give_up("CUPTI API version %u (CUDA %u), the agent was built against %u "
+			       "(CUDA %u): a CUPTI too old or of another generation; rebuild the "
+			       "agent (make agent CUPTI_INC=...) against this CUPTI's headers",
+			       version, generation(version), (unsigned)CUPTI_API_VERSION,
+			       generation(CUPTI_API_VERSION));
 	CUptiResult rc = cu.Subscribe(&subscriber, on_api, NULL);
 	if (rc != CUPTI_SUCCESS)
 		return give_up(rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED

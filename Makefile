@@ -66,7 +66,7 @@ AGENT := $(BUILD)/evmbpf-cupti.so
 .PHONY: agent
 ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
 agent: $(AGENT)
-$(AGENT): agent/agent.c | $(BUILD)
+$(AGENT): agent/agent.c include/cupti_ring.h | $(BUILD)
 	$(call msg,AGENT,$@)
 	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) $< -ldl \
 		-Wl,-soname,evmbpf-cupti.so -o $@

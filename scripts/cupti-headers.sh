@@ -7,8 +7,8 @@
 #   scripts/cupti-headers.sh path     print the include directory (whether fetched or not)
 #
 # libcupti-dev (8.6 MB) gives cupti*.h; cuda.h and the runtime's type headers come from
-# nvidia-cuda-dev (934 MB: about 12 s to download here, 90 s to unpack the few headers),
-# of which only usr/include/*.h and usr/include/crt/ are kept (a few MB). Cached under
+# nvidia-cuda-dev (934 MB: 12-22 s to download here; `ensure` took 2 min in all on a loaded machine),
+# of which only usr/include/*.h and usr/include/crt/ are kept (16 MB). Cached under
 # $EVMBPF_CUPTI_HEADERS (default /var/cache/evmbpf/cupti); a stamp marks a complete copy;
 # a lock serialises concurrent callers. Mirror: EVMBPF_DEBIAN_MIRROR.
 set -euo pipefail

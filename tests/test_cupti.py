@@ -118,6 +118,17 @@ def test_agent_in_a_real_process_gives_up_and_the_job_runs_on(tmp_path, lib, pla
     assert ("no libcupti" if lib == "missing" else "cuptiSubscribe") in warnings[0]
 
 
+@need_agent
+def test_another_injection_is_left_alone(tmp_path, plain_runs):
+    env = dict(os.environ, CUDA_INJECTION64_PATH="/opt/other/libinject.so")
+    path = str(tmp_path / "cupti.jsonl")
+    got = run_launch(INJECT, path, evmbpf_args=["--cupti"], env=env)
+    assert got.returncode == 0, got.stderr
+    warnings = [line for line in got.stderr.splitlines() if "--cupti" in line]
+    assert len(warnings) == 1 and "/opt/other/libinject.so" in warnings[0], got.stderr
+    compare_traces(load(plain_runs["inject"]), load(path))
+
+
 # ---- attribution from recorded sequences ----
 
 NESTED = """\

@@ -53,7 +53,27 @@ $(BUILD)/user/main.o:        INCS := -Iuser/common -Iuser/collector -Iuser/reade
 .SECONDARY: $(BPF_OBJS)
 .PHONY: all clean test test-matrix demo bench install deps fuzz check-deps static
 
-all: $(BUILD)/evmbpf
+all: $(BUILD)/evmbpf agent
+
+# The CUPTI agent (agent/, --cupti): a shared library CUDA loads into the command,
+# compiled against CUPTI's and CUDA's headers only (libcupti is opened at run time).
+# CUPTI_INC: a CUDA toolkit's headers when there is one (the same CUPTI generation as
+# the wheels' libcupti), else Debian's, unpacked by scripts/cupti-headers.sh. Without
+# cupti.h and cuda.h the agent is not built (one message) and --cupti says so.
+CUPTI_INC ?= $(firstword $(patsubst %/cupti.h,%,$(wildcard /usr/local/cuda/include/cupti.h \
+	/usr/local/cuda-*/include/cupti.h /var/cache/evmbpf/cupti/include/cupti.h)))
+AGENT := $(BUILD)/evmbpf-cupti.so
+.PHONY: agent
+ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
+agent: $(AGENT)
+$(AGENT): agent/agent.c include/cupti_ring.h | $(BUILD)
+	$(call msg,AGENT,$@)
+	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) $< -ldl \
+		-Wl,-soname,evmbpf-cupti.so -o $@
+else
+agent:
+	@echo "  SKIP     $(AGENT): no cupti.h and cuda.h (scripts/cupti-headers.sh ensure, or CUPTI_INC=DIR)"
+endif
 
 $(BUILD):
 	$(Q)mkdir -p $@
@@ -128,6 +148,8 @@ bench: deps
 
 install: $(BUILD)/evmbpf
 	install -D -m 0755 $(BUILD)/evmbpf $(DESTDIR)$(PREFIX)/bin/evmbpf
+	if [ -f $(AGENT) ]; then install -D -m 0644 $(AGENT) \
+		$(DESTDIR)$(PREFIX)/lib/evmbpf/evmbpf-cupti.so; fi
 	install -D -m 0644 docs/evmbpf.8 $(DESTDIR)$(MANDIR)/man8/evmbpf.8
 
 clean:

@@ -47,3 +47,10 @@ if [ "$(id -u)" = 0 ] && command -v npm >/dev/null 2>&1 &&
   npm install --silent --no-audit --no-fund --prefix "$NPM_CACHE" speedscope@1.25.0 >/dev/null ||
     echo "install-deps: npm could not install speedscope; tests/test_export.py skips its browser test" >&2
 fi
+
+# The CUPTI agent's headers (cupti.h, cuda.h) from Debian's non-free archive, unpacked
+# under /var/cache/evmbpf/cupti; without them the agent's build and tests are skipped.
+if [ "$(id -u)" = 0 ]; then
+  "$(dirname "$0")/cupti-headers.sh" ensure >/dev/null ||
+    echo "install-deps: no CUPTI headers; the CUPTI agent (--cupti) is not built" >&2
+fi

@@ -10,6 +10,7 @@
 
 #include "doctor.h"
 #include "dump.h"
+#include "gpu_calls.h"
 #include "pyre.h"
 #include "readers.h"
 #include "tracer.h"
@@ -52,6 +53,9 @@ static const char usage[] =
 	"                       tensors, read while their thread is held at the call\n"
 	"      --stop-on-nonfinite  at the first module whose output holds a NaN or an Inf:\n"
 	"                       end the trace, stop the target (SIGSTOP), exit 3; implies --numeric\n"
+	"      --cupti          launch mode: CUPTI inside the command (an agent CUDA loads at\n"
+	"                       cuInit): each module call's kernels and GPU time, copies, sets,\n"
+	"                       device memory events and failed allocations\n"
 	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
 	"      --phase NAME=[MODULE:]QUALNAME\n"
 	"                       name the phase of a forward by a Python function on the stack\n"
@@ -110,6 +114,10 @@ int main(int argc, char **argv)
 		return dump_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "doctor"))
 		return doctor_main(argc - 1, argv + 1);
+	if (argc == 2 && !strcmp(argv[1], "cupti-replay"))  /* hidden: test_cupti's aid */
+		return gpu_calls_replay();
+	if (argc == 2 && !strcmp(argv[1], "cupti-stats"))   /* hidden: test_cupti's aid */
+		return cupti_stats_main();
 	if (argc == 2 && !strcmp(argv[1], "regex-test"))   /* hidden: the regex tests' aid */
 		return pyre_cli();
 
@@ -127,6 +135,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "numeric", no_argument, NULL, 'N' },
 		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
+		{ "cupti", no_argument, NULL, 'C' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
@@ -227,6 +236,9 @@ int main(int argc, char **argv)
 		case 'N':
 			opts.trace.numeric = 1;
 			break;
+		case 'C':
+			opts.cupti = 1;
+			break;
 		case 'v':
 			verbose++;
 			break;
@@ -270,6 +282,15 @@ int main(int argc, char **argv)
 	if (opts.trace.numeric && (opts.follow || opts.npids > 1)) {
 		warnx_("--numeric and --stop-on-nonfinite hold one process's threads: give one --pid, "
 		       "without --follow");
+		return 2;
+	}
+	if (opts.cupti && opts.pid) {
+		warnx_("--cupti works in launch mode only (the CUPTI agent is loaded by CUDA at the "
+		       "command's start): give a command after --; --pid still gives each call's mem");
+		return 2;
+	}
+	if (opts.cupti && opts.follow) {
+		warnx_("--cupti traces one launched command: leave out --follow");
 		return 2;
 	}
 	if (opts.probe_floor && (opts.follow || opts.npids > 1)) {

@@ -124,6 +124,8 @@ int run_launch(const struct tracer_opts *opts)
 		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
 		goto out;
 	}
+	if (opts->cupti)
+		cupti_launch_prepare();
 	pid_t child = spawn_held(opts->command, &go_fd);
 	if (child < 0) {
 		warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
@@ -176,6 +178,7 @@ int run_launch(const struct tracer_opts *opts)
 		evmbpf_bpf__destroy(s.skel);
 		goto out;
 	}
+	cupti_attach_trace(&s.trace);
 	if (session_numeric_start(&s)) {
 		session_finish(&s);
 		unlink(opts->out);

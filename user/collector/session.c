@@ -135,6 +135,7 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
 	if (n >= 0 && s->rb) /* records that asked for no wakeup */
 		n = ring_buffer__consume(s->rb);
+	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
 	if (hold_active() && !s->trace.nonfinite) {
 		/* stops to pass on; then no thread stays held past its records */
 		hold_pump();
@@ -245,6 +246,7 @@ int session_finish(struct session *s)
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
+	cupti_finish(&s->trace);
 	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 	int rc = trace_close(&s->trace);
 	status_end(&s->status, &s->trace, dropped);

@@ -57,6 +57,15 @@ void session_detach(struct session *s);
 struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			       uint64_t off, const char *what);
 
+/* cupti_session.c: --cupti (launch mode). prepare: the agent's ring and the command's
+ * environment, before the command starts (-1: said why, the trace goes on without it);
+ * attach_trace: the trace that gets the module calls; step: the agent's records (after
+ * the module records in rb); finish: the GPU events, before the end of the trace. */
+int cupti_launch_prepare(void);
+void cupti_attach_trace(struct trace *t);
+void cupti_step(struct trace *t, struct ring_buffer *rb);
+void cupti_finish(struct trace *t);
+
 /* numeric_session.c: --numeric's hold, once the probes are placed (-1: refused, said);
  * --stop-on-nonfinite's end: the target stopped, the trace finished; evmbpf's status 3 */
 int session_numeric_start(struct session *s);

@@ -9,6 +9,7 @@
 #include <bpf/bpf.h>
 
 #include "describe.h"
+#include "gpu_calls.h"
 #include "jsonw.h"
 #include "modfilter.h"
 
@@ -189,6 +190,8 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "kwargs"), buf_puts(&b, stats_in_enter ? nkwargs.data : kwargs.data);
 	jw_key(&b, &first, "mem"), jw_null(&b);
 	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	if (t->gpu)
+		gpu_calls_enter(t->gpu, r->hdr.tid, f->call_id, mod->path, r->hdr.ts_ns);
 	if (t->opts.numeric) {
 		struct buf n = {0};
 		first = 1;
@@ -289,6 +292,8 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 		jw_key(&b, &first, "orphan"), jw_bool(&b, 1);
 	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
 	buf_free(&out);
+	if (t->gpu && found)
+		gpu_calls_exit(t->gpu, r->hdr.tid, f.call_id, r->hdr.ts_ns);
 	if (found)
 		stack_frame_free(&f);
 	if (t->opts.stop_on_nonfinite && t->dctx->nonfinite) {

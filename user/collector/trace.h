@@ -12,6 +12,8 @@
 #include "target.h"
 #include "util.h"
 
+struct gpu_calls;
+
 struct frame {
 	const struct mod_entry *mod;
 	int64_t call_id;
@@ -92,6 +94,7 @@ struct trace {
 	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 	int held;                        /* --numeric: the record being read holds its thread */
+	struct gpu_calls *gpu;           /* --cupti: module calls' intervals, or NULL */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
 	                                  * a NaN or an Inf; the trace has ended there */
 };

@@ -18,6 +18,7 @@ struct tracer_opts {
 	const char *stats;      /* --stats FILE: counters and own rusage as JSON at the end */
 	int probe_floor;        /* --probe-floor: empty probes at the same place, no trace */
 	int quiet;              /* --quiet: no status line, no summary line */
+	int cupti;              /* --cupti: the CUPTI agent in the launched command */
 };
 
 /* Why --out's pattern cannot be used (NULL: it can); `several`: more than one process

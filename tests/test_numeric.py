@@ -90,6 +90,24 @@ def stopped(pid):
         return any(line.startswith("State:") and "T" in line.split()[1] for line in handle)
 
 
+def check_traceback(ref, got):
+    """The error's traceback: the held thread's frames read from outside. The workload's
+    own frames (file, line, function, source line and on 3.11/3.12 the ^^^ line) and the
+    exception's line equal the reference's; torch's _call_impl frames are at the call
+    without hooks, and the reference's own frames exist only in-process."""
+    error = next(e for e in got if e["event"] == "error")
+    want = next(e for e in ref if e["event"] == "error")
+    assert error["traceback"][-1] == want["traceback"][-1]
+    assert error["traceback"][-1].startswith("evalmetry.debug.NonFiniteOutput: block.log ")
+
+    def own(tb):
+        return [item for item in tb if "/workloads/" in item.splitlines()[0]]
+    assert len(own(want["traceback"])) == 3
+    assert own(error["traceback"]) == own(want["traceback"])
+    # the innermost frame is the culprit's caller, at the call that returned the NaN
+    assert error["traceback"][-2].startswith(own(want["traceback"])[-1])
+
+
 def test_stop_on_nonfinite_launch(evmbpf, tmp_path):
     ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "t.jsonl")
     r = run_reference(NONFINITE, ref, extra=["--stop-on-nonfinite"])
@@ -105,6 +123,7 @@ def test_stop_on_nonfinite_launch(evmbpf, tmp_path):
     check_header(got, stop=True)
     compare_numeric(load(ref), got, kwargs=KWARGS)
     assert got[-1]["event"] == "unwound" and got[-1]["reason"] == "session ended"
+    check_traceback(load(ref), got)
     os.kill(pid, signal.SIGCONT)
     stdout, _ = tracer.communicate(timeout=60)
     assert "work done" in stdout  # the target ran to its end
@@ -122,6 +141,7 @@ def test_stop_on_nonfinite_pid(evmbpf, tmp_path):
     assert f"kill -CONT {run.pid}" in err
     assert stopped(run.pid)
     compare_numeric(load(ref), load(out), kwargs=KWARGS)
+    check_traceback(load(ref), load(out))
     os.kill(run.pid, signal.SIGCONT)
     stdout, _ = run.target.communicate(timeout=60)
     assert run.target.returncode == 0 and "work done" in stdout

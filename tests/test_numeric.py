@@ -4,6 +4,7 @@ is held at the probe, compared event for event (tests/numeric_compare.py says ho
 close is equal), in launch mode, --pid and --tail; the stop at the first NaN; every
 hold released when evmbpf or the target is killed in the middle of one."""
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -42,10 +43,18 @@ def check_header(events, stop=False):
     assert config["stop_on_nonfinite"] is stop
 
 
+def read_stats(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def test_numeric_launch_matches_reference(evmbpf, ref_values, tmp_path):
-    out = str(tmp_path / "t.jsonl")
-    r = run_launch(VALUES, out, evmbpf_args=["--numeric"])
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    r = run_launch(VALUES, out, evmbpf_args=["--numeric", "--stats", stats])
     assert r.returncode == 0, r.stderr
+    # small tensors are read by the probe itself (no hold), the large ones while held
+    counters = read_stats(stats)
+    assert counters["tensor_bytes"] > 100 and counters["holds"] >= 1, counters
     got = load(out)
     check_header(got)
     assert count_stats(got) > 100  # the workload's tensors, all of them with stats
@@ -57,6 +66,19 @@ def test_numeric_launch_matches_reference(evmbpf, ref_values, tmp_path):
             assert count_stats([event]) == 0
             follow = got[index + 1]
             assert follow["event"] == "input_numeric" and follow["call"] == event["call"]
+
+
+def test_numeric_held_path_matches_reference(evmbpf, ref_values, tmp_path):
+    """Every tensor read from its held thread (the probe reads none): the same stats."""
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    env = dict(os.environ, EVMBPF_NUMERIC_PROBE_BYTES="0")
+    r = run_launch(VALUES, out, evmbpf_args=["--numeric", "--stats", stats], env=env)
+    assert r.returncode == 0, r.stderr
+    counters = read_stats(stats)
+    assert counters["tensor_bytes"] == 0 and counters["holds"] > 50, counters
+    got = load(out)
+    assert count_stats(got) > 100
+    compare_numeric(ref_values, got, kwargs=KWARGS)
 
 
 @full

@@ -63,6 +63,23 @@ struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
 	return l;
 }
 
+
+/* --numeric: tensors spanning at most this many bytes are read by the probe itself
+ * (bpf/tensor_bytes.bpf.h), one staging entry per CPU; EVMBPF_NUMERIC_PROBE_BYTES
+ * lowers it (0: every tensor read from a held thread; the benchmark compares both). */
+static void numeric_probe_setup(struct evmbpf_bpf *skel, int numeric)
+{
+	unsigned max = numeric ? TENSOR_BYTES_MAX : 0;
+	const char *env = getenv("EVMBPF_NUMERIC_PROBE_BYTES");
+	if (numeric && env && *env) {
+		unsigned long v = strtoul(env, NULL, 10);
+		max = v < TENSOR_BYTES_MAX ? (unsigned)v : TENSOR_BYTES_MAX;
+	}
+	skel->rodata->tensor_bytes_max = max;
+	int cpus = libbpf_num_possible_cpus();
+	bpf_map__set_max_entries(skel->maps.tensor_bytes_map, max && cpus > 0 ? (uint32_t)cpus : 1);
+}
+
 int session_load(struct session *s)
 {
 	struct target *t = &s->target;
@@ -108,6 +125,8 @@ int session_load(struct session *s)
 	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
 	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
+	numeric_probe_setup(skel, s->opts->trace.numeric);
+	skel->rodata->tensor_bytes_hold_exits = s->opts->trace.stop_on_nonfinite;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */

@@ -217,12 +217,15 @@ static void write_stats(struct session *s)
 	const struct evmbpf_bpf__bss *b = s->skel ? s->skel->bss : NULL;
 	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
+		"\"holds\": %llu, \"tensor_bytes\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
 		(unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
 		(unsigned long long)(b ? b->dropped_records : 0),
 		(unsigned long long)(b ? b->dropped_bytes : 0),
 		(unsigned long long)(b ? b->truncated_records : 0),
 		(unsigned long long)(b ? b->read_faults : 0),
+		(unsigned long long)(b ? b->holds : 0),
+		(unsigned long long)(b ? b->tensor_bytes_sent : 0),
 		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
 	fclose(f);

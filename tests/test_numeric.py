@@ -22,6 +22,7 @@ pytestmark = pytest.mark.root
 
 VALUES = os.path.join(OWN_WORKLOADS, "numeric_values.py")
 NONFINITE = os.path.join(OWN_WORKLOADS, "nonfinite.py")
+VALUES_17 = os.path.join(OWN_WORKLOADS, "numeric_values_torch17.py")
 KWARGS = torch_major() >= 2
 # The cells past the first few take minutes on a loaded 2-CPU machine (a BPF load each):
 # behind the matrix's flag, like test_matrix.py's slow cells.
@@ -252,20 +253,22 @@ def test_numeric_chroot_matches_reference(evmbpf, chroot, tmp_path):
 
 
 @full
-def test_numeric_bullseye_has_no_stats(evmbpf, tmp_path):
-    """torch 1.7: its reference numeric mode cannot run (torch.nanmean came in 1.10) and
-    its StorageImpl is not in evmbpf's table: tensors without stats, one warning."""
+def test_numeric_bullseye_matches_reference(evmbpf, tmp_path):
+    """torch 1.7 (Python 3.9): its StorageImpl measured; the reference's numeric mode runs
+    there with the three torch functions it lacks given by the workload's shim."""
     err = chroot_ensure("bullseye")
     if err:
         pytest.skip(f"the bullseye chroot cannot be built here: {err}")
     target = chroot_target("bullseye").with_outdir(str(tmp_path))
-    out = str(tmp_path / "t.jsonl")
-    r = target.launch(VALUES, out, evmbpf_args=["--numeric"])
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "t.jsonl")
+    r = target.reference(VALUES_17, ref, extra=["--numeric"])
+    assert r.returncode == 0, r.stderr
+    r = target.launch(VALUES_17, out, evmbpf_args=["--numeric"])
     assert r.returncode == 0, r.stderr
     got = load(out)
-    stats = _all_stats(got)  # only the empty tensors', which need no values
-    assert stats and all(s == {"empty": True} for s in stats)
-    assert r.stderr.count("without stats") == 1, r.stderr
+    assert count_stats(got) > 100
+    compare_numeric(load(ref), got, kwargs=target.kwargs)
+    assert "without stats" not in r.stderr, r.stderr
 
 
 def _all_stats(events):
@@ -281,3 +284,38 @@ def _all_stats(events):
                 walk(x)
     walk(events)
     return found
+
+
+def test_numeric_two_pids_match_reference(evmbpf, ref_values, tmp_path):
+    """--numeric --pid A --pid B: each process's threads held apart (one is continued only
+    once its own records are read), each trace equal to the reference's."""
+    tmp = str(tmp_path)
+    go = os.path.join(tmp, "go")
+    jobs = [subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, VALUES, "--wait-for", go],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    pids = [int(j.stdout.readline().split("pid=")[1]) for j in jobs]
+    out, stats = os.path.join(tmp, "t-%p.jsonl"), os.path.join(tmp, "stats.json")
+    tracer = subprocess.Popen([EVMBPF, "--numeric", "--pid", str(pids[0]), "--pid",
+                               str(pids[1]), "--out", out], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, f"attached to {pids[0]}", 120)
+    wait_for_line(tracer.stderr, f"attached to {pids[1]}", 120)
+    open(go, "w").close()
+    for j in jobs:
+        j.communicate(timeout=300)
+        assert j.returncode == 0
+    err = tracer.communicate(timeout=120)[1]
+    assert tracer.returncode == 0, err
+    assert "without stats" not in err, err
+    for pid in pids:
+        got = load(os.path.join(tmp, f"t-{pid}.jsonl"))
+        check_header(got)
+        assert count_stats(got) > 100
+        compare_numeric(ref_values, got, kwargs=KWARGS)
+
+
+def test_numeric_follow_is_refused(evmbpf, tmp_path):
+    r = subprocess.run([EVMBPF, "--numeric", "--follow", "--out", str(tmp_path / "t-%p.jsonl"),
+                        "--", "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--follow" in r.stderr, r.stderr

@@ -40,10 +40,12 @@ const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	  .dtype_off = 160, .device_off = 162, .device_order = 1, .storage_off = 16,
 	  .sdata_off = 16 },
 	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
-	 * on a [3, 4, 7] float16 view with storage offset 7 */
+	 * on a [3, 4, 7] float16 view with storage offset 7; storage_ at +24 and the
+	 * StorageImpl's DataPtr at +24 (its Device at +48, size_bytes_ at +56), measured
+	 * from tensor._cdata on a float32 slice */
 	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
 	  .dtype_off = 208, .device_off = 216, .device_order = 2, .sizes_kind = 1,
-	  .dtype_kind = 1 },
+	  .dtype_kind = 1, .storage_off = 24, .sdata_off = 24 },
 };
 
 struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,

@@ -153,6 +153,7 @@ static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 	r->sp = sp;
 	s->off = sizeof(*r);
 	s->nstack = 0;
+	s->nbytes_recs = 0;
 	s->nodes = 0;
 	s->flags = 0;
 	return s;

@@ -13,6 +13,7 @@
 #include "state.bpf.h"
 #include "types.bpf.h"
 #include "hold.bpf.h"
+#include "tensor_bytes.bpf.h"
 
 #define STACK_MAX 32
 #define ROOT_DEPTH 255
@@ -39,6 +40,7 @@ struct scratch {
 	__u32 off;
 	__u32 nstack;
 	__u32 nodes;
+	__u32 nbytes_recs; /* REC_TENSOR_BYTES records output for this record */
 	__u32 flags;
 	struct work stack[STACK_MAX];
 	__u8 tmp[256];   /* TENSOR_CHUNK and more: indexes are masked with 255 */
@@ -137,8 +139,19 @@ static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
 	}
 	d->ok = 1;
 	n->flags |= N_F_DATA;
-	if (d->dev_type == 0 && t->numel > 0)
-		s->flags |= REC_F_WANT_HOLD;
+	if (d->dev_type == 0 && t->numel > 0) {
+		__u32 seq = s->nbytes_recs;
+		if (tensor_bytes(t, d, ndim, ((struct rec_call *)s->buf)->hdr.ts_ns, seq)) {
+			d->seq = seq;
+			s->nbytes_recs = seq + 1;
+			n->flags |= N_F_BYTES;
+			/* --stop-on-nonfinite stops the target at the culprit's return: held */
+			if (tensor_bytes_hold_exits && ((struct rec_call *)s->buf)->hdr.kind == REC_EXIT)
+				s->flags |= REC_F_WANT_HOLD;
+		} else {
+			s->flags |= REC_F_WANT_HOLD;
+		}
+	}
 	return ndim + sizeof(*d) / 8 + ndim;
 }
 

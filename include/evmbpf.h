@@ -37,6 +37,7 @@ enum rec_kind {
 			    * or under the first call seen (attached in the middle of a forward?) */
 	REC_ORPHAN = 9,    /* a module running when evmbpf attached has returned */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
+	REC_TENSOR_BYTES = 13, /* --numeric: a small CPU tensor's bytes, for the call record after it */
 };
 
 struct rec_hdr {
@@ -96,6 +97,7 @@ struct dnode_cache {
 #define N_F_CUT 0x200u
 #define N_F_KIND_MASK 0x7u
 #define N_F_DATA 0x400u     /* N_TENSOR: a struct dnode_tensor_data follows the sizes (--numeric) */
+#define N_F_BYTES 0x800u    /* N_TENSOR with N_F_DATA: its values came in a REC_TENSOR_BYTES record */
 
 struct dnode {
 	__u8 kind;
@@ -131,8 +133,22 @@ struct dnode_tensor_data {
 	__u8 dev_type;
 	__s8 dev_index;
 	__u8 ok;          /* every field was read */
-	__u8 pad[5];
+	__u8 pad;
+	__u32 seq;        /* N_F_BYTES: the REC_TENSOR_BYTES record's seq */
 	__s64 strides[];  /* ndim of them */
+};
+
+/* --numeric: the bytes a CPU tensor's index space spans (from data + offset x itemsize),
+ * read by the probe itself when they are at most TENSOR_BYTES_MAX and the extent fits
+ * the storage; output before the call record whose node it belongs to (same thread,
+ * hdr.ts_ns the call record's; seq counts them within it). No hold is needed for it. */
+#define TENSOR_BYTES_MAX 65536
+struct rec_tensor_bytes {
+	struct rec_hdr hdr;
+	__u64 addr;       /* where the bytes were read */
+	__u32 seq;
+	__u32 len;
+	/* len bytes follow */
 };
 
 /* Uncaught exception: type name, message, the last traceback entries. */

@@ -13,7 +13,10 @@ DynamicCache, in the sid chroot, skipped when it is not built), each run a fresh
   evmbpf     evmbpf --pid PID --out FILE (default options: streaming)
   tail       evmbpf --tail N
   reference  the reference in-process tracer (../shared/reference, evalmetry.debug)
-  numeric    evmbpf --numeric: stats of every CPU tensor, read while its thread is held
+  numeric    evmbpf --numeric: stats of every CPU tensor (those of at most 64 KiB read by
+             the probe, larger ones while their thread is held)
+  numeric_held  the same with every tensor read while its thread is held
+             (EVMBPF_NUMERIC_PROBE_BYTES=0: the cost of one hold per call with tensors)
   reference_numeric  the reference with numeric=True (its temporaries in the target)
 
 Tracers attach by pid while the workload waits after building its model. Printed per
@@ -48,7 +51,8 @@ EVMBPF = os.path.join(REPO, "build", "evmbpf")
 WORKLOAD = os.path.join(REPO, "scripts", "bench_workload.py")
 HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
-MODES = ["plain", "floor", "evmbpf", "tail", "reference", "numeric", "reference_numeric"]
+MODES = ["plain", "floor", "evmbpf", "tail", "reference", "numeric", "numeric_held",
+         "reference_numeric"]
 # iterations per run (timed), warm-up iterations
 ITERS = {"big": (20, 2), "small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2),
          "llama-depth-2": (150, 5), "llama-depth-8": (50, 3), "llama-depth-32": (15, 2)}
@@ -179,7 +183,7 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
         if not line.startswith("{"):
             raise RuntimeError(f"workload did not start: {line!r}")
         pid = json.loads(line)["ready"]
-        if mode in ("floor", "evmbpf", "tail", "numeric"):
+        if mode in ("floor", "evmbpf", "tail", "numeric", "numeric_held"):
             stats = os.path.join(tmp, "stats.json")
             err = os.path.join(tmp, "evmbpf.err")
             for p in (stats,):
@@ -192,12 +196,15 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
                 cmd += ["--out", trace]
             if mode == "tail":
                 cmd += ["--tail", str(opts.tail)]
-            if mode == "numeric":
+            if mode in ("numeric", "numeric_held"):
                 cmd.append("--numeric")
+            env = dict(os.environ)
+            if mode == "numeric_held":
+                env["EVMBPF_NUMERIC_PROBE_BYTES"] = "0"
             if ringbuf_mb:
                 cmd += ["--ringbuf-mb", str(ringbuf_mb)]
             with open(err, "w") as ef:
-                tracer = subprocess.Popen(pin(ccpu) + cmd, stdout=ef, stderr=ef)
+                tracer = subprocess.Popen(pin(ccpu) + cmd, stdout=ef, stderr=ef, env=env)
             if not wait_for_text(err, r"attached to", tracer, 300):
                 raise RuntimeError("evmbpf did not attach: " + open(err).read()[-2000:])
         work.stdin.write("go\n")
@@ -324,8 +331,11 @@ def summarize(runs):
                 per_call = [x for x in per_call if x is not None]
                 if per_call:
                     d["bpf_ns_per_module_call"] = min(per_call)
-            if mode in ("evmbpf", "tail", "numeric"):
+            if mode in ("evmbpf", "tail", "numeric", "numeric_held"):
                 st = [r["stats"] for r in m if r.get("stats")]
+                if mode.startswith("numeric"):
+                    d["holds_per_call"] = med([x.get("holds", 0) / calls for x in st])
+                    d["probe_reads_per_call"] = med([x.get("tensor_bytes", 0) / calls for x in st])
                 d["dropped_records"] = sum(x["dropped_records"] for x in st)
                 d["events_median"] = med([x["events"] for x in st])
                 d["trace_dropped_events"] = sum(

@@ -4,6 +4,7 @@ is held at the probe, compared event for event (tests/numeric_compare.py says ho
 close is equal), in launch mode, --pid and --tail; the stop at the first NaN; every
 hold released when evmbpf or the target is killed in the middle of one."""
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ pytestmark = pytest.mark.root
 
 VALUES = os.path.join(OWN_WORKLOADS, "numeric_values.py")
 NONFINITE = os.path.join(OWN_WORKLOADS, "nonfinite.py")
+VALUES_17 = os.path.join(OWN_WORKLOADS, "numeric_values_torch17.py")
 KWARGS = torch_major() >= 2
 # The cells past the first few take minutes on a loaded 2-CPU machine (a BPF load each):
 # behind the matrix's flag, like test_matrix.py's slow cells.
@@ -42,10 +44,18 @@ def check_header(events, stop=False):
     assert config["stop_on_nonfinite"] is stop
 
 
+def read_stats(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def test_numeric_launch_matches_reference(evmbpf, ref_values, tmp_path):
-    out = str(tmp_path / "t.jsonl")
-    r = run_launch(VALUES, out, evmbpf_args=["--numeric"])
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    r = run_launch(VALUES, out, evmbpf_args=["--numeric", "--stats", stats])
     assert r.returncode == 0, r.stderr
+    # small tensors are read by the probe itself (no hold), the large ones while held
+    counters = read_stats(stats)
+    assert counters["tensor_bytes"] > 100 and counters["holds"] >= 1, counters
     got = load(out)
     check_header(got)
     assert count_stats(got) > 100  # the workload's tensors, all of them with stats
@@ -57,6 +67,19 @@ def test_numeric_launch_matches_reference(evmbpf, ref_values, tmp_path):
             assert count_stats([event]) == 0
             follow = got[index + 1]
             assert follow["event"] == "input_numeric" and follow["call"] == event["call"]
+
+
+def test_numeric_held_path_matches_reference(evmbpf, ref_values, tmp_path):
+    """Every tensor read from its held thread (the probe reads none): the same stats."""
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    env = dict(os.environ, EVMBPF_NUMERIC_PROBE_BYTES="0")
+    r = run_launch(VALUES, out, evmbpf_args=["--numeric", "--stats", stats], env=env)
+    assert r.returncode == 0, r.stderr
+    counters = read_stats(stats)
+    assert counters["tensor_bytes"] == 0 and counters["holds"] > 50, counters
+    got = load(out)
+    assert count_stats(got) > 100
+    compare_numeric(ref_values, got, kwargs=KWARGS)
 
 
 @full
@@ -90,6 +113,24 @@ def stopped(pid):
         return any(line.startswith("State:") and "T" in line.split()[1] for line in handle)
 
 
+def check_traceback(ref, got):
+    """The error's traceback: the held thread's frames read from outside. The workload's
+    own frames (file, line, function, source line and on 3.11/3.12 the ^^^ line) and the
+    exception's line equal the reference's; torch's _call_impl frames are at the call
+    without hooks, and the reference's own frames exist only in-process."""
+    error = next(e for e in got if e["event"] == "error")
+    want = next(e for e in ref if e["event"] == "error")
+    assert error["traceback"][-1] == want["traceback"][-1]
+    assert error["traceback"][-1].startswith("evalmetry.debug.NonFiniteOutput: block.log ")
+
+    def own(tb):
+        return [item for item in tb if "/workloads/" in item.splitlines()[0]]
+    assert len(own(want["traceback"])) == 3
+    assert own(error["traceback"]) == own(want["traceback"])
+    # the innermost frame is the culprit's caller, at the call that returned the NaN
+    assert error["traceback"][-2].startswith(own(want["traceback"])[-1])
+
+
 def test_stop_on_nonfinite_launch(evmbpf, tmp_path):
     ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "t.jsonl")
     r = run_reference(NONFINITE, ref, extra=["--stop-on-nonfinite"])
@@ -105,6 +146,7 @@ def test_stop_on_nonfinite_launch(evmbpf, tmp_path):
     check_header(got, stop=True)
     compare_numeric(load(ref), got, kwargs=KWARGS)
     assert got[-1]["event"] == "unwound" and got[-1]["reason"] == "session ended"
+    check_traceback(load(ref), got)
     os.kill(pid, signal.SIGCONT)
     stdout, _ = tracer.communicate(timeout=60)
     assert "work done" in stdout  # the target ran to its end
@@ -122,6 +164,7 @@ def test_stop_on_nonfinite_pid(evmbpf, tmp_path):
     assert f"kill -CONT {run.pid}" in err
     assert stopped(run.pid)
     compare_numeric(load(ref), load(out), kwargs=KWARGS)
+    check_traceback(load(ref), load(out))
     os.kill(run.pid, signal.SIGCONT)
     stdout, _ = run.target.communicate(timeout=60)
     assert run.target.returncode == 0 and "work done" in stdout
@@ -210,20 +253,22 @@ def test_numeric_chroot_matches_reference(evmbpf, chroot, tmp_path):
 
 
 @full
-def test_numeric_bullseye_has_no_stats(evmbpf, tmp_path):
-    """torch 1.7: its reference numeric mode cannot run (torch.nanmean came in 1.10) and
-    its StorageImpl is not in evmbpf's table: tensors without stats, one warning."""
+def test_numeric_bullseye_matches_reference(evmbpf, tmp_path):
+    """torch 1.7 (Python 3.9): its StorageImpl measured; the reference's numeric mode runs
+    there with the three torch functions it lacks given by the workload's shim."""
     err = chroot_ensure("bullseye")
     if err:
         pytest.skip(f"the bullseye chroot cannot be built here: {err}")
     target = chroot_target("bullseye").with_outdir(str(tmp_path))
-    out = str(tmp_path / "t.jsonl")
-    r = target.launch(VALUES, out, evmbpf_args=["--numeric"])
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "t.jsonl")
+    r = target.reference(VALUES_17, ref, extra=["--numeric"])
+    assert r.returncode == 0, r.stderr
+    r = target.launch(VALUES_17, out, evmbpf_args=["--numeric"])
     assert r.returncode == 0, r.stderr
     got = load(out)
-    stats = _all_stats(got)  # only the empty tensors', which need no values
-    assert stats and all(s == {"empty": True} for s in stats)
-    assert r.stderr.count("without stats") == 1, r.stderr
+    assert count_stats(got) > 100
+    compare_numeric(load(ref), got, kwargs=target.kwargs)
+    assert "without stats" not in r.stderr, r.stderr
 
 
 def _all_stats(events):
@@ -239,3 +284,38 @@ def _all_stats(events):
                 walk(x)
     walk(events)
     return found
+
+
+def test_numeric_two_pids_match_reference(evmbpf, ref_values, tmp_path):
+    """--numeric --pid A --pid B: each process's threads held apart (one is continued only
+    once its own records are read), each trace equal to the reference's."""
+    tmp = str(tmp_path)
+    go = os.path.join(tmp, "go")
+    jobs = [subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, VALUES, "--wait-for", go],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    pids = [int(j.stdout.readline().split("pid=")[1]) for j in jobs]
+    out, stats = os.path.join(tmp, "t-%p.jsonl"), os.path.join(tmp, "stats.json")
+    tracer = subprocess.Popen([EVMBPF, "--numeric", "--pid", str(pids[0]), "--pid",
+                               str(pids[1]), "--out", out], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, f"attached to {pids[0]}", 120)
+    wait_for_line(tracer.stderr, f"attached to {pids[1]}", 120)
+    open(go, "w").close()
+    for j in jobs:
+        j.communicate(timeout=300)
+        assert j.returncode == 0
+    err = tracer.communicate(timeout=120)[1]
+    assert tracer.returncode == 0, err
+    assert "without stats" not in err, err
+    for pid in pids:
+        got = load(os.path.join(tmp, f"t-{pid}.jsonl"))
+        check_header(got)
+        assert count_stats(got) > 100
+        compare_numeric(ref_values, got, kwargs=KWARGS)
+
+
+def test_numeric_follow_is_refused(evmbpf, tmp_path):
+    r = subprocess.run([EVMBPF, "--numeric", "--follow", "--out", str(tmp_path / "t-%p.jsonl"),
+                        "--", "true"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--follow" in r.stderr, r.stderr

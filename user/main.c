@@ -279,9 +279,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (opts.trace.numeric && (opts.follow || opts.npids > 1)) {
-		warnx_("--numeric and --stop-on-nonfinite hold one process's threads: give one --pid, "
-		       "without --follow");
+	if (opts.trace.numeric && opts.follow) {
+		warnx_("--numeric and --stop-on-nonfinite take several --pid, not --follow (a "
+		       "followed process is held at its exec, where its threads cannot be seized)");
 		return 2;
 	}
 	if (opts.cupti && opts.pid) {

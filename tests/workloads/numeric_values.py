@@ -51,6 +51,8 @@ class Model(nn.Module):
         e(flat[7:19].view(3, 4), flat.view(5, 8)[1:, 2:5].t())
         e([x, (x * 2, None)], {"a": x.sum(), "b": [special]})
         e(torch.randn(2, 3, 1, 2, 1, 2, 1))             # 7 dims: sizes out of line
+        wide = torch.randn(300, 100)                      # 120 kB: read from a held thread
+        e(wide, wide[100:140, 1:])                        # a 16 kB view into it: read by the probe
         y = self.lin(x)
         y = self.inplace(y)
         z = self.relu(y)

@@ -22,6 +22,12 @@ struct describe_ctx {
 	int nonfinite, nf_dtype;
 	long long nf_nan, nf_posinf, nf_neginf;
 	struct buf nf_shape;  /* its shape as Python prints a list */
+	/* REC_TENSOR_BYTES records waiting for their call record (numeric.c), and the call
+	 * record being described (its thread and stamp) */
+	struct numeric_bytes *bytes;
+	size_t nbytes, bytes_cap;
+	uint32_t rec_tid;
+	uint64_t rec_ts;
 };
 
 struct node_cursor {

@@ -367,7 +367,16 @@ static void describe_call(struct reading *g, uint64_t args, uint64_t kwargs, str
 
 /* The line a frame is at: 3.11+ from the location table at the instruction pointer,
  * 3.10 from co_linetable, 3.9 from co_lnotab. -1 when not known. */
+static int frame_loc(struct reading *g, uint64_t f, uint64_t code, struct code_loc *loc);
+
 static int frame_line(struct reading *g, uint64_t f, uint64_t code)
+{
+	struct code_loc loc;
+	return frame_loc(g, f, code, &loc);
+}
+
+/* ... and on 3.11+ its columns too (loc: -1 where not known). */
+static int frame_loc(struct reading *g, uint64_t f, uint64_t code, struct code_loc *loc)
 {
 	const struct pyreader *r = g->r;
 	const struct py_offsets *o = g->o;
@@ -375,6 +384,7 @@ static int frame_line(struct reading *g, uint64_t f, uint64_t code)
 	pm_read(r, code + o->co_firstlineno, &first, 4);
 	uint64_t table = pm_u64(r, code + (o->version >= 311 ? CO_LINETABLE_311 : CO_LNOTAB_310), NULL);
 	int64_t n = table ? (int64_t)pm_u64(r, table + 16, NULL) : 0;
+	*loc = (struct code_loc){ -1, -1, -1, -1 };
 	if (n <= 0 || n > (1 << 20))
 		return -1;
 	uint8_t *lt = xmalloc((size_t)n);
@@ -386,7 +396,8 @@ static int frame_line(struct reading *g, uint64_t f, uint64_t code)
 		uint64_t start = code + (uint64_t)co_code_off(o->version % 100);
 		if (ip < start || ip - start > (1u << 26))
 			goto out;
-		line = trace_line_at(lt, (size_t)n, first, (int)(ip - start));
+		if (!trace_loc_at(lt, (size_t)n, first, (int)(ip - start), loc))
+			line = loc->line;
 		goto out;
 	}
 	int32_t lasti = -1;
@@ -423,6 +434,7 @@ static int frame_line(struct reading *g, uint64_t f, uint64_t code)
 	}
 out:
 	free(lt);
+	loc->line = line;
 	return line;
 }
 
@@ -765,6 +777,63 @@ static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 		describe_call(g, args, kwargs, &m->args, &m->kwargs);
 	}
 	name_modules(g, th);
+}
+
+/* The Python frames of the thread whose kernel id is tid, outermost first, as a
+ * traceback names them (co_name, the line and on 3.11+ the columns at the frame's
+ * instruction). The thread should be stopped. n, or -1 when it is not found. */
+int dump_thread_frames(struct target *t, int tid, struct dump_frame *out, int max)
+{
+	static struct reading g;
+	memset(&g, 0, sizeof(g));
+	g.t = t;
+	g.r = &t->reader;
+	g.o = t->off;
+	const struct pyreader *r = g.r;
+	const struct py_offsets *o = g.o;
+	if (!t->runtime || max <= 0)
+		return -1;
+	list_tasks(&g);
+	uint64_t interp = pm_u64(r, t->runtime + o->runtime_interp_head, NULL);
+	uint64_t ts = interp ? pm_u64(r, interp + o->interp_threads_head, NULL) : 0;
+	int guard = 0;
+	while (ts && thread_tid(&g, ts) != tid && ++guard < THREADS_MAX)
+		ts = pm_u64(r, ts + o->tstate_next, NULL);
+	if (!ts || guard >= THREADS_MAX)
+		return -1;
+	int n = 0;
+	uint64_t f = pm_u64(r, ts + o->tstate_frame, NULL);
+	if (o->tstate_cframe && f)
+		f = pm_u64(r, f + o->cframe_frame, NULL);
+	for (int depth = 0; f && depth < 4 * FRAMES_MAX && n < max;
+	     depth++, f = pm_u64(r, f + o->frame_back, NULL)) {
+		uint64_t code;
+		if (o->version >= 311) {
+			uint8_t owner = 0;
+			pm_read(r, f + o->iframe_owner, &owner, 1);
+			if (o->version >= 312 && owner == FRAME_OWNED_BY_CSTACK)
+				continue;
+			code = pm_u64(r, f + o->iframe_code, NULL) & ~7ULL;
+		} else {
+			code = pm_u64(r, f + o->frameobj_code, NULL);
+		}
+		char tn[8];
+		if (!code || py_type_name(r, py_type(r, code), tn, sizeof(tn)) || strcmp(tn, "code"))
+			continue;
+		struct dump_frame *x = &out[n++];
+		if (py_str(r, pm_u64(r, code + o->co_filename, NULL), x->file, sizeof(x->file)) < 0)
+			snprintf(x->file, sizeof(x->file), "?");
+		if (py_str(r, pm_u64(r, code + o->co_name, NULL), x->func, sizeof(x->func)) < 0)
+			snprintf(x->func, sizeof(x->func), "?");
+		frame_loc(&g, f, code, &x->loc);
+	}
+	/* innermost first as read: outermost first, as a traceback lists them */
+	for (int i = 0; i < n / 2; i++) {
+		struct dump_frame tmp = out[i];
+		out[i] = out[n - 1 - i];
+		out[n - 1 - i] = tmp;
+	}
+	return n;
 }
 
 int dump_read(struct target *t, struct dump_snapshot *s)

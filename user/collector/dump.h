@@ -7,6 +7,7 @@
 
 #include "evmbpf.h"
 #include "target.h"
+#include "trace.h"
 #include "util.h"
 
 #define DUMP_MODULES_MAX 128
@@ -49,6 +50,16 @@ void dump_snapshot_free(struct dump_snapshot *s);
 int dump_tensor(struct target *t, uint64_t obj, struct buf *out);
 /* Is obj a torch.Tensor (1) / an instance of torch.nn.Module (2)? 0: neither. */
 int dump_kind(struct target *t, uint64_t obj);
+
+/* One Python frame as a traceback shows it. */
+struct dump_frame {
+	char file[512], func[256];
+	struct code_loc loc;  /* its line (-1: not known) and on 3.11+ its columns */
+};
+/* The Python frames of the target's thread tid (the kernel's id, host namespace),
+ * outermost first, at most max: n, or -1 when no thread state is that thread's. Read
+ * while the thread is stopped. */
+int dump_thread_frames(struct target *t, int tid, struct dump_frame *out, int max);
 
 /* `evmbpf dump ...` (argv[0] is "dump"): evmbpf's exit code. */
 int dump_main(int argc, char **argv);

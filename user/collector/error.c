@@ -11,38 +11,94 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dump.h"
 #include "jsonw.h"
 
-static void source_line(struct trace *t, const char *file, int lineno, struct buf *out)
+/* The source line lineno of file (read through the target's root), as linecache gives
+ * it (with its newline); NULL when it cannot be read. */
+static char *raw_line(struct trace *t, const char *file, int lineno)
 {
 	if (lineno <= 0 || file[0] != '/' || t->target->root_fd < 0)
-		return;
+		return NULL;
 	int fd = openat(t->target->root_fd, file + 1, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return;
+		return NULL;
 	FILE *f = fdopen(fd, "r");
 	if (!f) {
 		close(fd);
-		return;
+		return NULL;
 	}
-	char *line = NULL;
+	char *line = NULL, *found = NULL;
 	size_t cap = 0;
 	int n = 0;
-	while (getline(&line, &cap, f) >= 0) {
-		if (++n < lineno)
-			continue;
-		char *p = line, *end = line + strlen(line);
-		while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == '\v')
-			p++;
-		while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' ||
-				   end[-1] == '\r' || end[-1] == '\f' || end[-1] == '\v'))
-			*--end = 0;
-		if (*p)
-			buf_printf(out, "    %s\n", p);
-		break;
-	}
+	while (getline(&line, &cap, f) >= 0)
+		if (++n == lineno) {
+			found = line;
+			line = NULL;
+			break;
+		}
 	free(line);
 	fclose(f);
+	return found;
+}
+
+static int is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* Characters (code points) in the first n bytes of UTF-8 text s. */
+static int u8_chars(const char *s, size_t n)
+{
+	int c = 0;
+	for (size_t i = 0; i < n && s[i]; i++)
+		c += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return c;
+}
+
+/* The frame's source line, stripped, and on 3.11/3.12 the ^^^ line under the code the
+ * frame is at, as traceback.format_frame_summary writes them (a module call's position
+ * is a call, which carries no binary-operator or subscript anchors). */
+static void source_lines(struct trace *t, const char *file, const struct code_loc *loc,
+			 int carets, struct buf *out)
+{
+	char *raw = raw_line(t, file, loc->line);
+	if (!raw)
+		return;
+	char *p = raw, *end = raw + strlen(raw);
+	while (is_space(*p))
+		p++;
+	while (end > p && is_space(end[-1]))
+		end--;
+	if (end == p) {
+		free(raw);
+		return;
+	}
+	buf_printf(out, "    %.*s\n", (int)(end - p), p);
+	size_t rawlen = strlen(raw);
+	int stripped_len = u8_chars(p, (size_t)(end - p));
+	int stripped_chars = u8_chars(raw, rawlen) - stripped_len;
+	if (carets && loc->col >= 0 && loc->end_col >= 0) {
+		int start = u8_chars(raw, (size_t)loc->col < rawlen ? (size_t)loc->col : rawlen) + 1;
+		int stop = u8_chars(raw, (size_t)loc->end_col < rawlen ? (size_t)loc->end_col : rawlen) + 1;
+		if (loc->end_line != loc->line)
+			stop = stripped_chars + stripped_len;
+		if (stop - start < stripped_len) {
+			buf_puts(out, "    ");
+			for (int i = 0; i < start - stripped_chars; i++)
+				buf_putc(out, ' ');
+			for (int i = 0; i < stop - start; i++)
+				buf_putc(out, '^');
+			buf_putc(out, '\n');
+		}
+	}
+	free(raw);
+}
+
+static void source_line(struct trace *t, const char *file, int lineno, struct buf *out)
+{
+	struct code_loc loc = { lineno, -1, -1, -1 };
+	source_lines(t, file, &loc, 0, out);
 }
 
 /* The exception's message as UTF-8: msg holds msg_len code points of msg_kind bytes
@@ -113,6 +169,12 @@ static int line_from_table(const struct tb_entry *tb)
 
 int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti)
 {
+	struct code_loc loc;
+	return trace_loc_at(lt, n, firstlineno, lasti, &loc) ? -1 : loc.line;
+}
+
+int trace_loc_at(const uint8_t *lt, size_t n, int firstlineno, int lasti, struct code_loc *loc)
+{
 	size_t i = 0;
 	int line = firstlineno, addr = 0, target = lasti / 2;
 	while (i < n) {
@@ -120,23 +182,35 @@ int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti)
 		if (!(b & 0x80))
 			return -1;
 		int code = (b >> 3) & 15, len = (b & 7) + 1, none = 0;
+		int end_line = -1, col = -1, end_col = -1;
 		if (code == 15) {
 			none = 1;
 		} else if (code == 14) {
 			line += lt_svarint(lt, n, &i);
-			lt_varint(lt, n, &i);
-			lt_varint(lt, n, &i);
-			lt_varint(lt, n, &i);
+			end_line = line + (int)lt_varint(lt, n, &i);
+			col = (int)lt_varint(lt, n, &i) - 1;
+			end_col = (int)lt_varint(lt, n, &i) - 1;
 		} else if (code == 13) {
 			line += lt_svarint(lt, n, &i);
 		} else if (code >= 10) {
 			line += code - 10;
+			end_line = line;
+			col = i < n ? lt[i] : -1;
+			end_col = i + 1 < n ? lt[i + 1] : -1;
 			i += 2;
 		} else {
+			uint8_t second = i < n ? lt[i] : 0;
+			end_line = line;
+			col = code * 8 + ((second >> 4) & 7);
+			end_col = col + (second & 15);
 			i += 1;
 		}
-		if (target < addr + len)
-			return none ? -1 : line;
+		if (target < addr + len) {
+			if (none)
+				return -1;
+			*loc = (struct code_loc){ line, end_line, col, end_col };
+			return 0;
+		}
 		addr += len;
 	}
 	return -1;
@@ -149,7 +223,8 @@ static const char *exc_short_name(const char *tp_name)
 }
 
 static void write_error(struct trace *t, const char *exc_type, const char *message,
-			const struct rec_exception *e, uint32_t tid)
+			const struct rec_exception *e, uint32_t tid, const struct dump_frame *fr,
+			int nfr, const char *exc_qualname)
 {
 	struct thread_stack *s = NULL;
 	for (size_t i = 0; i < t->nthreads && !s; i++)
@@ -176,7 +251,34 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "mem"), jw_null(&b);
 	jw_key(&b, &first, "traceback");
 	buf_putc(&b, '[');
-	if (e) {
+	if (fr && nfr > 0) {
+		/* format_exception(...)[-12:] of an exception raised where these frames are */
+		size_t total = (size_t)nfr + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
+		int firstline = 1, carets = t->target->off->version >= 311 &&
+					    t->target->off->version <= 312;
+		struct buf item = {0};
+#define ITEM()                                                       \
+	do {                                                         \
+		if (idx++ >= skip) {                                 \
+			if (!firstline)                              \
+				buf_puts(&b, ", ");                  \
+			firstline = 0;                               \
+			jw_str(&b, item.data ? item.data : "", item.len); \
+		}                                                    \
+		buf_free(&item);                                     \
+	} while (0)
+		buf_puts(&item, "Traceback (most recent call last):\n");
+		ITEM();
+		for (int k = 0; k < nfr; k++) {
+			buf_printf(&item, "  File \"%s\", line %d, in %s\n", fr[k].file,
+				   fr[k].loc.line, fr[k].func);
+			source_lines(t, fr[k].file, &fr[k].loc, carets, &item);
+			ITEM();
+		}
+		buf_printf(&item, "%s: %s\n", exc_qualname, message);
+		ITEM();
+#undef ITEM
+	} else if (e) {
 		/* traceback.format_exception(...)[-12:]: header, one string a frame, the last line */
 		size_t total = e->total_frames + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
 		int firstline = 1;
@@ -235,7 +337,7 @@ void trace_finish(struct trace *t, int exit_code)
 		snprintf(name, sizeof(name), "SIG%s", abbrev ? abbrev : "?");
 		snprintf(msg, sizeof(msg), "the process was killed by signal %d (%s)", sig,
 			 strsignal(sig));
-		write_error(t, name, msg, NULL, t->target->pid);
+		write_error(t, name, msg, NULL, t->target->pid, NULL, 0, NULL);
 		stacks_reconcile_all(t, "process exited");
 	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {
 		const struct rec_exception *e = t->last_exc;
@@ -250,14 +352,14 @@ void trace_finish(struct trace *t, int exit_code)
 			snprintf(msg, sizeof(msg), "'%s'", text);
 		else
 			snprintf(msg, sizeof(msg), "%s", text);
-		write_error(t, type, msg, e, e->hdr.tid);
+		write_error(t, type, msg, e, e->hdr.tid, NULL, 0, NULL);
 		stacks_reconcile_all(t, "session ended");
 	} else if (exit_code >= 0 && (exit_code & 0x7f) == 0 && stacks_running(t)) {
 		/* it exited with modules still running: os._exit(), or exit() in native code */
 		char msg[160];
 		snprintf(msg, sizeof(msg), "the process exited with status %d while modules were "
 			 "running (os._exit() or exit() in native code)", (exit_code >> 8) & 0xff);
-		write_error(t, "exit", msg, NULL, t->target->pid);
+		write_error(t, "exit", msg, NULL, t->target->pid, NULL, 0, NULL);
 		stacks_reconcile_all(t, "process exited");
 	} else {
 		stacks_reconcile_all(t, "session ended");
@@ -272,7 +374,12 @@ void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
 	t->ended = 1;
 	t->nonfinite = xstrdup(culprit);
 	/* raised in the culprit's exit hook, after it returned: the frame still open is its
-	 * parent's; the traceback is the reference tracer's own, which did not run here */
-	write_error(t, "NonFiniteOutput", message, NULL, tid);
+	 * parent's. The traceback is the held thread's Python frames as the culprit returned
+	 * (the reference's own frames, its hook's and the culprit's _call_impl at the hook
+	 * call, exist only in-process; docs/design.md says which differ). */
+	static struct dump_frame fr[256];
+	int n = dump_thread_frames(t->target, (int)tid, fr, 256);
+	write_error(t, "NonFiniteOutput", message, NULL, tid, fr, n,
+		    "evalmetry.debug.NonFiniteOutput");
 	stacks_reconcile_all(t, "session ended");
 }

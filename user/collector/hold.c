@@ -23,10 +23,41 @@
 
 enum { T_RUNNING, T_HELD, T_GONE };
 
-static struct { pid_t tid; int state; } *threads;
+/* Every held process's threads in one table (one wait for them all: waitpid(-1)), each
+ * with its process; several processes (several --pid, --follow) each have a leader. */
+static struct { pid_t tid, leader; int state; } *threads;
 static size_t nthreads, cap;
-static pid_t leader;
-static int active, leader_exited, leader_status;
+static struct { pid_t pid; int exited, status; } leaders[JOB_LEADERS_MAX];
+static int nleaders;
+/* leaders' exits seen by our waitpid (a launched child's status is reaped there), kept
+ * after their release for whoever waits for that child */
+static struct { pid_t pid; int status; } reaped[JOB_LEADERS_MAX];
+static int nreaped;
+
+static int leader_slot(pid_t pid)
+{
+	for (int i = 0; i < nleaders; i++)
+		if (leaders[i].pid == pid)
+			return i;
+	return -1;
+}
+
+/* the process a thread belongs to: a held leader's, from /proc (Tgid) */
+static pid_t tgid_of(pid_t tid)
+{
+	char path[64], line[128];
+	snprintf(path, sizeof(path), "/proc/%d/status", tid);
+	FILE *f = fopen(path, "re");
+	pid_t tgid = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "Tgid:", 5)) {
+			tgid = (pid_t)atoi(line + 5);
+			break;
+		}
+	if (f)
+		fclose(f);
+	return tgid;
+}
 
 static size_t slot_of(pid_t tid, int add)
 {
@@ -40,6 +71,7 @@ static size_t slot_of(pid_t tid, int add)
 		threads = xrealloc(threads, cap * sizeof(*threads));
 	}
 	threads[nthreads].tid = tid;
+	threads[nthreads].leader = add > 1 ? (pid_t)add : tgid_of(tid);
 	threads[nthreads].state = T_RUNNING;
 	return nthreads++;
 }
@@ -101,11 +133,19 @@ int hold_start(pid_t pid)
 {
 	if (hold_check(pid))
 		return -1;
-	struct sigaction sa = { .sa_handler = on_sigchld };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGCHLD, &sa, NULL);
-	leader = pid;
-	active = 1;
+	if (leader_slot(pid) >= 0)
+		return 0;
+	if (nleaders == JOB_LEADERS_MAX) {
+		warnx_("--numeric: more than %d processes held; %d is not", JOB_LEADERS_MAX, pid);
+		return -1;
+	}
+	if (!nleaders) {
+		struct sigaction sa = { .sa_handler = on_sigchld };
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGCHLD, &sa, NULL);
+	}
+	leaders[nleaders++] = (typeof(leaders[0])){ pid, 0, 0 };
+	size_t before = nthreads;
 	/* until a pass finds no thread it has not seized (threads may start meanwhile) */
 	for (int pass = 0, added = 1; added && pass < 100; pass++) {
 		added = 0;
@@ -114,7 +154,7 @@ int hold_start(pid_t pid)
 		DIR *d = opendir(path);
 		if (!d) {
 			warnx_("--numeric: cannot list the threads of %d: %s", pid, strerror(errno));
-			hold_release(0);
+			hold_release(pid, 0);
 			return -1;
 		}
 		struct dirent *e;
@@ -130,21 +170,21 @@ int hold_start(pid_t pid)
 				warnx_("--numeric: cannot hold thread %d of %d (PTRACE_SEIZE: %s); is it "
 				       "traced already, or is ptrace restricted (kernel.yama.ptrace_scope)?",
 				       tid, pid, strerror(err));
-				hold_release(0);
+				hold_release(pid, 0);
 				return -1;
 			}
-			slot_of(tid, 1);
+			slot_of(tid, pid);
 			added = 1;
 		}
 		closedir(d);
 	}
-	debugx("--numeric: %zu threads of %d seized", nthreads, pid);
+	debugx("--numeric: %zu threads of %d seized", nthreads - before, pid);
 	return 0;
 }
 
-int hold_active(void)
+int hold_active(pid_t pid)
 {
-	return active;
+	return leader_slot(pid) >= 0;
 }
 
 /* One report of a traced thread (waitpid's). */
@@ -154,9 +194,12 @@ static void handle(pid_t tid, int status)
 	if (WIFEXITED(status) || WIFSIGNALED(status)) {
 		if (i != (size_t)-1)
 			threads[i].state = T_GONE;
-		if (tid == leader) {
-			leader_exited = 1;
-			leader_status = status;
+		int l = leader_slot(tid);
+		if (l >= 0) {
+			leaders[l].exited = 1;
+			leaders[l].status = status;
+			reaped[nreaped % JOB_LEADERS_MAX].pid = tid;
+			reaped[nreaped++ % JOB_LEADERS_MAX].status = status;
 		}
 		return;
 	}
@@ -168,7 +211,7 @@ static void handle(pid_t tid, int status)
 	if (event == PTRACE_EVENT_CLONE) {
 		unsigned long child = 0;
 		if (!ptrace(PTRACE_GETEVENTMSG, tid, 0, &child) && child)
-			slot_of((pid_t)child, 1);
+			slot_of((pid_t)child, threads[i].leader > 1 ? threads[i].leader : 1);
 		ptrace(PTRACE_CONT, tid, 0, 0);
 	} else if (event == PTRACE_EVENT_STOP) {
 		if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU)
@@ -186,7 +229,7 @@ static void handle(pid_t tid, int status)
 
 void hold_pump(void)
 {
-	if (!active)
+	if (!nleaders)
 		return;
 	int status;
 	pid_t w;
@@ -196,7 +239,7 @@ void hold_pump(void)
 
 int hold_wait(pid_t tid)
 {
-	if (!active)
+	if (!nleaders)
 		return -1;
 	size_t i = slot_of(tid, 0);
 	for (;;) {
@@ -224,31 +267,35 @@ int hold_wait(pid_t tid)
 	}
 }
 
-void hold_continue_all(void)
+void hold_continue(pid_t pid)
 {
 	for (size_t i = 0; i < nthreads; i++)
-		if (threads[i].state == T_HELD) {
+		if (threads[i].leader == pid && threads[i].state == T_HELD) {
 			threads[i].state = T_RUNNING;
 			ptrace(PTRACE_CONT, threads[i].tid, 0, 0);
 		}
 }
 
-int hold_leader_exit(int *status)
+int hold_leader_exit(pid_t pid, int *status)
 {
-	if (leader_exited)
-		*status = leader_status;
-	return leader_exited;
+	for (int i = 0; i < nreaped && i < JOB_LEADERS_MAX; i++)
+		if (reaped[i].pid == pid) {
+			*status = reaped[i].status;
+			return 1;
+		}
+	return 0;
 }
 
-void hold_release(int stop_target)
+void hold_release(pid_t pid, int stop_target)
 {
-	if (!active)
+	int l = leader_slot(pid);
+	if (l < 0)
 		return;
 	if (stop_target)
-		kill(leader, SIGSTOP); /* pending before any held thread runs again */
+		kill(pid, SIGSTOP); /* pending before any held thread runs again */
 	for (size_t i = 0; i < nthreads; i++) {
 		pid_t tid = threads[i].tid;
-		if (threads[i].state == T_GONE)
+		if (threads[i].leader != pid || threads[i].state == T_GONE)
 			continue;
 		if (threads[i].state == T_HELD) {
 			ptrace(PTRACE_DETACH, tid, 0, 0);
@@ -268,7 +315,7 @@ void hold_release(int stop_target)
 			if (event == PTRACE_EVENT_CLONE) {
 				unsigned long child = 0;
 				if (!ptrace(PTRACE_GETEVENTMSG, tid, 0, &child) && child)
-					slot_of((pid_t)child, 1);
+					slot_of((pid_t)child, pid);
 			}
 			/* a signal on its way is delivered; ours (SIGURG) and traps are not */
 			ptrace(PTRACE_DETACH, tid, 0,
@@ -276,7 +323,13 @@ void hold_release(int stop_target)
 			break;
 		}
 	}
-	active = 0;
-	nthreads = 0;
-	signal(SIGCHLD, SIG_DFL);
+	/* this process's threads leave the table */
+	size_t k = 0;
+	for (size_t i = 0; i < nthreads; i++)
+		if (threads[i].leader != pid)
+			threads[k++] = threads[i];
+	nthreads = k;
+	leaders[l] = leaders[--nleaders];
+	if (!nleaders)
+		signal(SIGCHLD, SIG_DFL);
 }

@@ -20,6 +20,7 @@
 #include "elfsym.h"
 #include "follow.h"
 #include "follow.skel.h"
+#include "hold.h"
 #include "procstate.h"
 #include "util.h"
 #include "watchdog.h"
@@ -38,6 +39,7 @@ struct job {
 	const struct tracer_opts *opts;
 	struct proc *procs[JOB_MAX];
 	int n, traced, failed;
+	int nonfinite;     /* --stop-on-nonfinite stopped one of them: exit status 3 */
 	int ep;
 	struct follow_bpf *fskel;
 	struct ring_buffer *frb;
@@ -208,6 +210,30 @@ static void proc_end(struct proc *p)
 	}
 	if (p->s.execed)
 		debugx("%d exec'd another program: its trace ends there", p->s.target.pid);
+}
+
+/* --numeric: the process's threads held at its probes (hold.c keeps each process's
+ * apart); 0, or -1 with the reason said, and the process is then not traced. */
+static int proc_numeric(struct job *j, struct proc *p)
+{
+	if (!j->opts->trace.numeric || !session_numeric_start(&p->s))
+		return 0;
+	p->live = 0;
+	session_finish(&p->s);
+	if (strcmp(p->out, "-"))
+		unlink(p->out);
+	j->failed = 1;
+	return -1;
+}
+
+/* --stop-on-nonfinite: this process's trace ends at its culprit, the process stopped */
+static void proc_nonfinite(struct job *j, struct proc *p)
+{
+	p->live = 0;
+	session_stop_nonfinite(&p->s, 0);
+	watchdog_forget(p->s.target.pid);
+	fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	j->nonfinite = 1;
 }
 
 static struct proc *live_proc(struct job *j, pid_t pid)
@@ -402,13 +428,16 @@ static void job_loop(struct job *j)
 			if (session_step(&p->s, 0, 0)) {
 				j->failed = 1;
 				proc_end(p);
+			} else if (p->s.trace.nonfinite) {
+				proc_nonfinite(j, p);
 			} else if (p->s.ended) {
 				proc_end(p);
 			}
 		}
 		if (j->child > 0 && !j->child_done) {
 			int status;
-			if (waitpid(j->child, &status, WNOHANG) == j->child &&
+			if ((hold_leader_exit(j->child, &status) ||
+			     waitpid(j->child, &status, WNOHANG) == j->child) &&
 			    (WIFEXITED(status) || WIFSIGNALED(status))) {
 				j->child_done = 1;
 				j->child_status = status;
@@ -459,6 +488,8 @@ int run_job(const struct tracer_opts *opts)
 				goto out;
 			}
 			watch_running_modules(&p->s);
+			if (proc_numeric(&j, p))
+				continue;
 			session_announce(&p->s);
 		}
 	}
@@ -474,7 +505,11 @@ int run_job(const struct tracer_opts *opts)
 		fprintf(stderr, "detached from %d process%s; they run on\n", detached,
 			detached > 1 ? "es" : "");
 	if (opts->command) {
+		if (!j.child_done && hold_leader_exit(j.child, &j.child_status))
+			j.child_done = 1;
 		if (!j.child_done && !stop_signal) {
+			if (j.nonfinite)
+				fprintf(stderr, "evmbpf waits for %d to end\n", j.child);
 			while (waitpid(j.child, &j.child_status, 0) < 0 && errno == EINTR && !stop_signal)
 				;
 			j.child_done = !stop_signal;
@@ -482,9 +517,9 @@ int run_job(const struct tracer_opts *opts)
 		if (!j.traced && j.child_done)
 			warnx_("%s exited (status %d) and started no Python; nothing traced",
 			       opts->command[0], exit_code_of(j.child_status));
-		rc = stop_signal ? 0 : j.failed ? 1 : exit_code_of(j.child_status);
+		rc = stop_signal ? 0 : j.failed ? 1 : j.nonfinite ? 3 : exit_code_of(j.child_status);
 	} else {
-		rc = j.failed ? 1 : 0;
+		rc = j.failed ? 1 : j.nonfinite ? 3 : 0;
 	}
 out:
 	if (j.fskel)

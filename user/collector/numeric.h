@@ -16,4 +16,17 @@
 void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct dnode_tensor *t,
 		   int dtype, struct buf *out);
 
+/* A REC_TENSOR_BYTES record (a small tensor's bytes read by the probe), kept for the
+ * call record that follows it from the same thread. */
+struct numeric_bytes {
+	uint32_t tid, seq, len;
+	uint64_t ts, addr;
+	uint8_t *data;
+};
+void numeric_bytes_add(struct describe_ctx *ctx, const struct rec_tensor_bytes *r, size_t size);
+/* The thread's call record stamped ts has been turned into events: its bytes (and any
+ * older one of that thread, whose call record was lost) go. */
+void numeric_bytes_done(struct describe_ctx *ctx, uint32_t tid, uint64_t ts);
+void numeric_bytes_free(struct describe_ctx *ctx);
+
 #endif

@@ -25,7 +25,7 @@ int session_stop_nonfinite(struct session *s, pid_t child)
 {
 	pid_t pid = s->target.pid;
 	session_detach(s);
-	hold_release(1); /* SIGSTOP while the culprit's thread is still held, then detach */
+	hold_release(pid, 1); /* SIGSTOP while the culprit's thread is still held, then detach */
 	int rc = session_finish(s);
 	/* the stop is delivered as the threads leave their ptrace-stops: say it once it holds */
 	if (wait_stopped(pid, 2000))

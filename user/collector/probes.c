@@ -40,10 +40,12 @@ const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	  .dtype_off = 160, .device_off = 162, .device_order = 1, .storage_off = 16,
 	  .sdata_off = 16 },
 	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
-	 * on a [3, 4, 7] float16 view with storage offset 7 */
+	 * on a [3, 4, 7] float16 view with storage offset 7; storage_ at +24 and the
+	 * StorageImpl's DataPtr at +24 (its Device at +48, size_bytes_ at +56), measured
+	 * from tensor._cdata on a float32 slice */
 	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
 	  .dtype_off = 208, .device_off = 216, .device_order = 2, .sizes_kind = 1,
-	  .dtype_kind = 1 },
+	  .dtype_kind = 1, .storage_off = 24, .sdata_off = 24 },
 };
 
 struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
@@ -61,6 +63,23 @@ struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
 	else if (!l)
 		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(err));
 	return l;
+}
+
+
+/* --numeric: tensors spanning at most this many bytes are read by the probe itself
+ * (bpf/tensor_bytes.bpf.h), one staging entry per CPU; EVMBPF_NUMERIC_PROBE_BYTES
+ * lowers it (0: every tensor read from a held thread; the benchmark compares both). */
+static void numeric_probe_setup(struct evmbpf_bpf *skel, int numeric)
+{
+	unsigned max = numeric ? TENSOR_BYTES_MAX : 0;
+	const char *env = getenv("EVMBPF_NUMERIC_PROBE_BYTES");
+	if (numeric && env && *env) {
+		unsigned long v = strtoul(env, NULL, 10);
+		max = v < TENSOR_BYTES_MAX ? (unsigned)v : TENSOR_BYTES_MAX;
+	}
+	skel->rodata->tensor_bytes_max = max;
+	int cpus = libbpf_num_possible_cpus();
+	bpf_map__set_max_entries(skel->maps.tensor_bytes_map, max && cpus > 0 ? (uint32_t)cpus : 1);
 }
 
 int session_load(struct session *s)
@@ -108,6 +127,8 @@ int session_load(struct session *s)
 	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
 	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
+	numeric_probe_setup(skel, s->opts->trace.numeric);
+	skel->rodata->tensor_bytes_hold_exits = s->opts->trace.stop_on_nonfinite;
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */

@@ -63,7 +63,7 @@ int session_record(void *ctx, void *data, size_t size)
 	if (!(s->trace.records & 1023))
 		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue_all() */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue() */
 	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
@@ -136,13 +136,13 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 	if (n >= 0 && s->rb) /* records that asked for no wakeup */
 		n = ring_buffer__consume(s->rb);
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
-	if (hold_active() && !s->trace.nonfinite) {
+	if (hold_active(s->target.pid) && !s->trace.nonfinite) {
 		/* stops to pass on; then no thread stays held past its records */
 		hold_pump();
 		if (s->rb)
 			ring_buffer__consume(s->rb);
 		if (!s->trace.nonfinite)
-			hold_continue_all();
+			hold_continue(s->target.pid);
 	}
 	if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
 		/* where they were lost: after the records read so far */
@@ -164,7 +164,7 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 	}
 	if (child > 0) {
 		int status;
-		pid_t w = hold_active() ? (hold_leader_exit(&status) ? child : 0)
+		pid_t w = hold_active(s->target.pid) ? (hold_leader_exit(s->target.pid, &status) ? child : 0)
 					: waitpid(child, &status, WNOHANG);
 		if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
 			s->ended = 1;
@@ -218,12 +218,15 @@ static void write_stats(struct session *s)
 	const struct evmbpf_bpf__bss *b = s->skel ? s->skel->bss : NULL;
 	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
+		"\"holds\": %llu, \"tensor_bytes\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
 		(unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
 		(unsigned long long)(b ? b->dropped_records : 0),
 		(unsigned long long)(b ? b->dropped_bytes : 0),
 		(unsigned long long)(b ? b->truncated_records : 0),
 		(unsigned long long)(b ? b->read_faults : 0),
+		(unsigned long long)(b ? b->holds : 0),
+		(unsigned long long)(b ? b->tensor_bytes_sent : 0),
 		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
 	fclose(f);
@@ -241,7 +244,7 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
-	hold_release(0); /* --numeric: every thread runs on, untraced */
+	hold_release(s->target.pid, 0); /* --numeric: every thread runs on, untraced */
 	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)

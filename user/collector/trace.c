@@ -12,6 +12,7 @@
 #include "gpu_calls.h"
 #include "jsonw.h"
 #include "modfilter.h"
+#include "numeric.h"
 
 const char *trace_type_name(void *arg, uint64_t type)
 {
@@ -329,16 +330,22 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	t->records++;
 	if (h->ts_ns > t->now_ns)
 		t->now_ns = h->ts_ns;
+	t->dctx->rec_tid = h->tid, t->dctx->rec_ts = h->ts_ns;
 	switch (h->kind) {
 	case REC_ENTER:
 		if (size < sizeof(struct rec_call))
 			return;
 		on_enter(t, data, size);
+		numeric_bytes_done(t->dctx, h->tid, h->ts_ns);
 		break;
 	case REC_EXIT:
 		if (size < sizeof(struct rec_call))
 			return;
 		on_exit_(t, data, size);
+		numeric_bytes_done(t->dctx, h->tid, h->ts_ns);
+		break;
+	case REC_TENSOR_BYTES:
+		numeric_bytes_add(t->dctx, data, size);
 		break;
 	case REC_EXCEPTION:
 		if (size < sizeof(struct rec_exception))

@@ -13,6 +13,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "numeric.h"
 #include "version.h"
 
 static void write_line(struct trace *t, struct buf *line)
@@ -243,6 +244,7 @@ int trace_close(struct trace *t)
 	}
 	free(t->threads);
 	free(t->last_exc);
+	numeric_bytes_free(t->dctx);
 	free(t->dctx);
 	t->dctx = NULL;
 	modtree_free(&t->mods);

@@ -10,6 +10,7 @@
 #include "modtree.h"
 #include "pyre.h"
 #include "target.h"
+#include "cudamem.h"
 #include "util.h"
 
 struct frame {
@@ -92,6 +93,7 @@ struct trace {
 	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 	int held;                        /* --numeric: the record being read holds its thread */
+	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
 	                                  * a NaN or an Inf; the trace has ended there */
 };

@@ -7,7 +7,7 @@ CUDA_ALLOCATOR_INIT: "build" initialises before run() (before a --pid attach), "
 the start of run() (after the attach), "none" never. CUDA_ALLOCATOR_POKE=1: before each
 forward k, device 0's DeviceStats get the counters of forward k (pools that add up), so
 that a reader of the allocator's counters has numbers to see change; the place is found
-here by the same chain, in-process. No device: torch.cuda.is_available() is False."""
+here by the same chain, in-process; "bad": counters that do not add up. No device: torch.cuda.is_available() is False."""
 import ctypes
 import os
 import struct
@@ -86,6 +86,9 @@ def build():
     _load()
     if os.environ.get("CUDA_ALLOCATOR_INIT", "build") == "build":
         _init()
+    if os.environ.get("CUDA_ALLOCATOR_POKE") == "bad":
+        # pools that do not add up: no DeviceStats as any torch lays it out
+        ctypes.memmove(_stats0() + 384, struct.pack("qq", 7, 9), 16)
     torch.manual_seed(0)
     return Model()
 

@@ -287,7 +287,7 @@ int cudamem_available(struct cudamem *c)
 	else if (force && *force == '1')
 		c->available = 1;
 	else
-		c->available = (c->state == CM_READY && c->ndev > 0) || visible_devices(c->pid) > 0;
+		c->available = visible_devices(c->pid) > 0;
 	return c->available;
 }
 
@@ -380,11 +380,10 @@ void cudamem_session_held(struct session *s, uint32_t tid)
 	for (int i = 0; i < CUDAMEM_TIDS; i++)
 		if (c->last[i].tid == tid && c->last[i].valid)
 			return;
-	if (c->state != CM_READY) {
+	if (c->state != CM_READY)
 		cudamem_session_step(s);
-		if (c->state != CM_READY || !s->skel->bss->cuda_ndev)
-			return;
-	}
+	if (c->state != CM_READY || !s->skel->bss->cuda_ndev)
+		return; /* not found, or torch.cuda.is_available() is False there */
 	int32_t dev = 0;
 	bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_device), &tid, &dev);
 	if (dev < 0 || dev >= c->ndev)

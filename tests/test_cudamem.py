@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from test_readers import check_all_commands
 from evmbpf_testlib import OWN_WORKLOADS, ROOT, chroot_dir, chroot_target, compare_traces, load
 
 WORKLOAD = os.path.join(OWN_WORKLOADS, "cuda_allocator.py")
@@ -45,10 +46,10 @@ def target(tmp_path, torch_cuda, **env):
     return t
 
 
-def launched(t, tmp_path, name="launch.jsonl"):
+def launched(t, tmp_path, name="launch.jsonl", rc=0):
     out = str(tmp_path / name)
     r = t.launch(WORKLOAD, out)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == rc, r.stderr
     return load(out), r.stderr
 
 
@@ -90,12 +91,20 @@ def test_counters_at_every_enter(evmbpf, tmp_path, torch_cuda, monkeypatch, mode
     monkeypatch.setenv("EVMBPF_TEST_ASSUME_CUDA", "1")  # the tracer's, for --pid
     t = target(tmp_path, torch_cuda, EVMBPF_TEST_ASSUME_CUDA="1", CUDA_ALLOCATOR_POKE="1",
                CUDA_ALLOCATOR_INIT="build" if mode == "pid" else "run")
-    got, err = attached(t, tmp_path) if mode == "pid" else launched(t, tmp_path)
+    if mode == "launch":
+        t.env["CUDA_ALLOCATOR_RAISE"] = "1"  # and an error event at the end
+    got, err = attached(t, tmp_path) if mode == "pid" else launched(t, tmp_path, rc=1)
     assert got[0]["cuda"] is True
     ev = enters(got)
     assert len(ev) == 4 * 7, [e["module"] for e in ev]
     assert [e["mem"] for e in ev] == [expected(e["forward"] - 1) for e in ev], err
     assert "warning" not in err, err
+    if mode == "launch":
+        error = [e for e in got if e["event"] == "error"]
+        assert len(error) == 1 and error[0]["mem"] == expected(3), error
+    # the readers print these mem as the reference's reader does
+    path = str(tmp_path / ("pid.jsonl" if mode == "pid" else "launch.jsonl"))
+    check_all_commands(path)
 
 
 def test_malloc_async_backend(evmbpf, tmp_path, torch_cuda):

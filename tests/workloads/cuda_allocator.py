@@ -7,7 +7,8 @@ CUDA_ALLOCATOR_INIT: "build" initialises before run() (before a --pid attach), "
 the start of run() (after the attach), "none" never. CUDA_ALLOCATOR_POKE=1: before each
 forward k, device 0's DeviceStats get the counters of forward k (pools that add up), so
 that a reader of the allocator's counters has numbers to see change; the place is found
-here by the same chain, in-process; "bad": counters that do not add up. No device: torch.cuda.is_available() is False."""
+here by the same chain, in-process; "bad": counters that do not add up. CUDA_ALLOCATOR_RAISE=1: an
+exception escapes run() at the end (the error event). No device: torch.cuda.is_available() is False."""
 import ctypes
 import os
 import struct
@@ -103,3 +104,5 @@ def run(model):
             if os.environ.get("CUDA_ALLOCATOR_POKE") == "1":
                 _poke(k)
             model(x)
+    if os.environ.get("CUDA_ALLOCATOR_RAISE") == "1":
+        raise RuntimeError("CUDA out of memory (a stand-in)")

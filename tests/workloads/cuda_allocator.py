@@ -100,9 +100,10 @@ def run(model):
         time.sleep(float(os.environ.get("CUDA_ALLOCATOR_SETTLE", "0")))
     x = torch.ones(2, 4)
     with torch.no_grad():
-        for k in range(4):
+        for k in range(int(os.environ.get("CUDA_ALLOCATOR_FORWARDS", "4"))):
             if os.environ.get("CUDA_ALLOCATOR_POKE") == "1":
                 _poke(k)
             model(x)
+    time.sleep(float(os.environ.get("CUDA_ALLOCATOR_LINGER", "0")))  # for a measurement
     if os.environ.get("CUDA_ALLOCATOR_RAISE") == "1":
         raise RuntimeError("CUDA out of memory (a stand-in)")

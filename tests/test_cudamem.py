@@ -77,7 +77,17 @@ def test_no_device_like_the_reference(evmbpf, tmp_path, torch_cuda):
     reference = load(ref)
     assert reference[0]["cuda"] is False
     assert all(e["mem"] is None for e in enters(reference)) and enters(reference)
-    got, _ = attached(t, tmp_path)
+    out = str(tmp_path / "pid.jsonl")
+    run = t.attached(WORKLOAD, out)
+    doctor = subprocess.run([evmbpf, "doctor", "--pid", str(run.pid)], capture_output=True,
+                            text=True, timeout=120)
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0 and run.target_rc == 0, run.tracer_err + run.target_err
+    got = load(out)
+    # the chain found over the real objects: two devices, their DeviceStats validated
+    assert "CUDA memory: 2 device(s), DeviceStats validated" in doctor.stdout, doctor.stdout
+    assert "no device is visible" in doctor.stdout, doctor.stdout
     compare_traces(reference, got, kwargs=t.kwargs)
     assert got[0]["cuda"] is False
     assert [e["mem"] for e in enters(got)] == [None] * len(enters(reference))

@@ -353,6 +353,8 @@ void cudamem_session_step(struct session *s)
 	}
 	if (c->state == CM_UNSUPPORTED && !c->warned) {
 		c->warned = 1;
+		if (!cudamem_available(c))
+			return; /* no device: null as the reference's anyway, nothing to warn of */
 		warnx_("warning: CUDA memory: %s; `mem` stays null", c->why);
 		return;
 	}

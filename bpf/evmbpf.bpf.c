@@ -192,7 +192,8 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 	return 0;
 }
 
-/* c10::cuda::SetDevice, ExchangeDevice, MaybeExchangeDevice (DeviceIndex): the
+/* c10::cuda::SetDevice, ExchangeDevice, MaybeExchangeDevice, MaybeSetDevice,
+ * set_device (DeviceIndex): the
  * thread's current device as torch.cuda.current_device() then says. */
 SEC("uprobe")
 int BPF_KPROBE(cuda_set_device_probe, long dev)

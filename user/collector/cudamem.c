@@ -43,6 +43,9 @@ static const char *const set_device_syms[] = {
 	"_ZN3c104cuda9SetDeviceEab",        /* SetDevice(DeviceIndex, bool force) */
 	"_ZN3c104cuda14ExchangeDeviceEa",
 	"_ZN3c104cuda19MaybeExchangeDeviceEa",
+	"_ZN3c104cuda14MaybeSetDeviceEa",
+	"_ZN3c104cuda10set_deviceEa",       /* torch.cuda.set_device, if SetDevice is inlined */
+	"_ZN3c104cuda10set_deviceEab",
 };
 
 #define STAT_BYTES 32                 /* Stat: current, peak, allocated, freed */

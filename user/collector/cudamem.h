@@ -38,7 +38,7 @@ struct cudamem {
 	uint64_t vector_off;         /* device_allocator within the object */
 	int ndev;
 	uint64_t stats[CUDA_MAX_DEVICES];  /* DeviceStats per device */
-	uint64_t set_device_off[4];  /* file offsets of the device-setting functions */
+	uint64_t set_device_off[8];  /* file offsets of the device-setting functions */
 	int nset_device;
 	int available;               /* the header's cuda, once decided; -1 not yet */
 	int warned;

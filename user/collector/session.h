@@ -24,7 +24,7 @@ struct session {
 	struct floor_bpf *floor;   /* --probe-floor instead of skel */
 	uint64_t dropped_reported; /* drops already written to the trace */
 	struct ring_buffer *rb;
-#define SESSION_LINKS 12
+#define SESSION_LINKS 16
 	struct bpf_link *links[SESSION_LINKS];
 	int nlinks;
 	int ended;        /* the target's last thread exited */

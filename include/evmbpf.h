@@ -37,7 +37,7 @@ enum rec_kind {
 			    * or under the first call seen (attached in the middle of a forward?) */
 	REC_ORPHAN = 9,    /* a module running when evmbpf attached has returned */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
-	REC_MEM = 13,      /* CUDA allocator counters of the thread's device, just before its
+	REC_MEM = 24,      /* CUDA allocator counters of the thread's device, just before its
 			    * next ENTER (or its EXCEPTION) record */
 };
 

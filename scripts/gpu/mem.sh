@@ -14,6 +14,10 @@ REF=""
 for d in "${EVMBPF_REFERENCE:-}" build/reference ../shared/reference; do
 	[ -n "$d" ] && [ -f "$d/run_workload.py" ] && REF="$d" && break
 done
+if [ ! -x "$EVMBPF" ]; then
+	echo "FAIL mem: $EVMBPF is missing: run \`make static\` and carry build/evmbpf-static"
+	exit 1
+fi
 if [ -z "$REF" ]; then
 	echo "FAIL mem: no reference tracer (set EVMBPF_REFERENCE, or copy ../shared/reference to build/reference and carry it)"
 	exit 1

@@ -11,7 +11,7 @@
  * This file holds the programs only; what they call is in the headers, one concern
  * each, in the order they build on each other: state (configuration, counters, the ring
  * buffer, reads), types, calls, values, attrs, kvcache, describe, markers, frames,
- * orphans, exceptions. */
+ * orphans, exceptions, cudamem. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -30,6 +30,7 @@
 #include "frames.bpf.h"
 #include "orphans.bpf.h"
 #include "exceptions.bpf.h"
+#include "cudamem.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -66,6 +67,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	check_orphans();
 	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.runtime))
 		report_stack(!hold_next);
+	cudamem_emit();
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)
 		return 0;
@@ -138,6 +140,7 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 	struct rec_exception *e = bpf_map_lookup_elem(&exc_scratch, &zero);
 	if (!e || !value)
 		return 0;
+	cudamem_emit();
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 exc = (__u64)value;
 	e->hdr.kind = REC_EXCEPTION;
@@ -187,6 +190,15 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
 		__sync_fetch_and_add(&dropped_records, 1);
 	return 0;
+}
+
+/* c10::cuda::SetDevice, ExchangeDevice, MaybeExchangeDevice, MaybeSetDevice,
+ * set_device (DeviceIndex): the
+ * thread's current device as torch.cuda.current_device() then says. */
+SEC("uprobe")
+int BPF_KPROBE(cuda_set_device_probe, long dev)
+{
+	return cuda_set_device(dev);
 }
 
 SEC("tp_btf/sched_process_exit")

@@ -38,6 +38,8 @@ enum rec_kind {
 	REC_ORPHAN = 9,    /* a module running when evmbpf attached has returned */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
 	REC_TENSOR_BYTES = 13, /* --numeric: a small CPU tensor's bytes, for the call record after it */
+	REC_MEM = 24,      /* CUDA allocator counters of the thread's device, just before its
+			    * next ENTER (or its EXCEPTION) record */
 };
 
 struct rec_hdr {
@@ -62,6 +64,18 @@ struct rec_call {
 #define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
 #define REC_F_WANT_HOLD 8u  /* --numeric: the record describes CPU tensor values to read (BPF side only) */
 #define REC_F_PTRACE 16u    /* --numeric: this thread was held here (SIGURG, seen by evmbpf's ptrace) */
+
+/* CUDA memory (bpf/cudamem.bpf.h): DeviceStats of c10's caching allocator, the values
+ * torch.cuda.memory_stats_as_nested_dict() gives for the thread's current device. */
+#define CUDA_MAX_DEVICES 16
+struct rec_mem {
+	struct rec_hdr hdr;
+	__s32 device;
+	__u32 pad;
+	__s64 allocated;     /* allocated_bytes.all.current */
+	__s64 max_allocated; /* allocated_bytes.all.peak */
+	__s64 reserved;      /* reserved_bytes.all.current */
+};
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
  * items come as key node, value node. Nodes are 8-byte aligned. */

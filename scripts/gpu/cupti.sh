@@ -15,7 +15,7 @@ EVMBPF=${EVMBPF:-build/evmbpf-static}
 PY=${PYTHON:-python3}
 W=tests/gpu/cupti_workload.py
 REF=${EVMBPF_REFERENCE:-}
-for d in ../shared/reference shared/reference; do
+for d in build/reference ../shared/reference shared/reference; do
 	[ -z "$REF" ] && [ -f "$d/run_workload.py" ] && REF=$d
 done
 T=$(mktemp -d)

@@ -2,6 +2,7 @@
  * would not work: what to do follows), or · (works, with the limitation said). Exit 0
  * only when there is no ✗. Nothing is attached to the target: its memory is only read. */
 #include "doctor.h"
+#include "cudamem.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -267,6 +268,25 @@ static void find_tensor(struct tensor_search *s, const struct dump_snapshot *sna
 	}
 }
 
+/* The allocator's DeviceStats, as the tracer would find them (docs/cudamem.md). */
+static void check_cudamem(pid_t pid)
+{
+	static struct cudamem cm; /* large: the last counters of 64 threads */
+	memset(&cm, 0, sizeof(cm));
+	cm.available = -1;
+	enum cudamem_state st = cudamem_scan(&cm, pid);
+	int avail = cudamem_available(&cm);
+	if (st == CM_READY)
+		line(1, "CUDA memory: %d device(s), DeviceStats validated: `mem` is read%s", cm.ndev,
+		     avail ? "" : " (but no device is visible: torch.cuda.is_available() is False "
+				  "there, so `mem` is null as the reference writes it)");
+	else if (st == CM_PENDING)
+		line(1, "CUDA memory: the allocator is there, CUDA not initialised yet (`mem` null "
+			"until it is, as the reference writes it)%s", avail ? "" : "; no device visible");
+	else if (st == CM_UNSUPPORTED)
+		line(2, "CUDA memory: %s: `mem` stays null", cm.why);
+}
+
 static int mapped(pid_t pid, const char *const *names, char *which, size_t cap)
 {
 	char path[64], l[PATH_MAX + 128];
@@ -356,9 +376,10 @@ static void check_process(pid_t pid)
 		     pid);
 	static const char *const cuda[] = { "libc10_cuda.so", "libcudart", NULL };
 	char which[PATH_MAX];
-	if (mapped(pid, cuda, which, sizeof(which)))
+	if (mapped(pid, cuda, which, sizeof(which))) {
 		line(1, "CUDA: %s is mapped (tensors on cuda:N are described as such)", which);
-	else
+		check_cudamem(pid);
+	} else
 		line(2, "CUDA: not loaded (libc10_cuda.so, libcudart not mapped): a CPU job");
 }
 

@@ -248,7 +248,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
 	jw_key(&b, &first, "samples"), jw_null(&b);
 	jw_key(&b, &first, "batch_rows"), jw_null(&b);
-	jw_key(&b, &first, "mem"), jw_null(&b);
+	jw_key(&b, &first, "mem"), cudamem_json(t->cuda, tid, &b);
 	jw_key(&b, &first, "traceback");
 	buf_putc(&b, '[');
 	if (fr && nfr > 0) {

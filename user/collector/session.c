@@ -32,6 +32,10 @@ int session_record(void *ctx, void *data, size_t size)
 	const struct rec_hdr *h = data;
 	if (s->execed)
 		return 0; /* records of the new program, seen before the session ended */
+	if (size >= sizeof(struct rec_mem) && h->kind == REC_MEM) {
+		cudamem_record(&s->cuda, data);
+		return 0;
+	}
 	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXEC &&
 	    h->pid == (uint32_t)s->target.pid) {
 		s->ended = s->execed = 1;
@@ -56,6 +60,8 @@ int session_record(void *ctx, void *data, size_t size)
 				 ? ((const struct rec_stack *)data)->flags : 0;
 	/* --numeric: the thread stops at its SIGURG just after this record was written */
 	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
+	if (h->kind == REC_ENTER && (flags & REC_F_HELD) && s->skel)
+		cudamem_session_held(s, h->tid);
 	trace_record(&s->trace, data, size);
 	s->trace.held = 0;
 	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
@@ -123,7 +129,14 @@ int session_prepare(struct session *s, pid_t pid)
 	if (trace_open(&s->trace, &s->target, s->out ? s->out : s->opts->out, s->opts->force,
 		       &s->opts->trace))
 		return -1;
-	return session_load(s);
+	memset(&s->cuda, 0, sizeof(s->cuda));
+	s->cuda.pid = pid;
+	s->cuda.available = -1;
+	s->trace.cuda = &s->cuda;
+	if (session_load(s))
+		return -1;
+	cudamem_session_step(s); /* CUDA initialised before the attach: right from the first event */
+	return 0;
 }
 
 /* One round of reading: up to timeout_ms for records, into the trace, then whether the
@@ -131,6 +144,7 @@ int session_prepare(struct session *s, pid_t pid)
 int session_step(struct session *s, pid_t child, int timeout_ms)
 {
 	status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
+	cudamem_session_step(s);
 	int n = s->rb ? ring_buffer__poll(s->rb, timeout_ms)
 		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
 	if (n >= 0 && s->rb) /* records that asked for no wakeup */

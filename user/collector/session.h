@@ -13,6 +13,7 @@
 #include "evmbpf.skel.h"
 #include "floor.skel.h"
 #include "status.h"
+#include "cudamem.h"
 
 struct session {
 	const struct tracer_opts *opts;
@@ -23,12 +24,14 @@ struct session {
 	struct floor_bpf *floor;   /* --probe-floor instead of skel */
 	uint64_t dropped_reported; /* drops already written to the trace */
 	struct ring_buffer *rb;
-	struct bpf_link *links[8];
+#define SESSION_LINKS 16
+	struct bpf_link *links[SESSION_LINKS];
 	int nlinks;
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
 	struct status status; /* the status line and the summary line */
+	struct cudamem cuda;  /* CUDA memory counters: the allocator found in the target */
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
@@ -48,6 +51,11 @@ int session_step(struct session *s, pid_t child, int timeout_ms);
 int session_record(void *ctx, void *data, size_t size);
 /* Detach, write the end of the trace and close it; 0, or -1 when it could not be written. */
 int session_finish(struct session *s);
+
+/* cudamem.c: look for the CUDA allocator again, hand what is found to the BPF side */
+void cudamem_session_step(struct session *s);
+/* the first module call, held: CUDA initialised just before it is seen there */
+void cudamem_session_held(struct session *s, uint32_t tid);
 
 /* probes.c */
 int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);

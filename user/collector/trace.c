@@ -189,7 +189,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
 	jw_key(&b, &first, "args"), buf_puts(&b, stats_in_enter ? nargs.data : args.data);
 	jw_key(&b, &first, "kwargs"), buf_puts(&b, stats_in_enter ? nkwargs.data : kwargs.data);
-	jw_key(&b, &first, "mem"), jw_null(&b);
+	jw_key(&b, &first, "mem"), cudamem_json(t->cuda, r->hdr.tid, &b);
 	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
 	if (t->gpu)
 		gpu_calls_enter(t->gpu, r->hdr.tid, f->call_id, mod->path, r->hdr.ts_ns);

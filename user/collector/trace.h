@@ -10,6 +10,7 @@
 #include "modtree.h"
 #include "pyre.h"
 #include "target.h"
+#include "cudamem.h"
 #include "util.h"
 
 struct gpu_calls;
@@ -95,6 +96,7 @@ struct trace {
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 	int held;                        /* --numeric: the record being read holds its thread */
 	struct gpu_calls *gpu;           /* --cupti: module calls' intervals, or NULL */
+	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
 	                                  * a NaN or an Inf; the trace has ended there */
 };

@@ -105,7 +105,7 @@ void trace_header(struct trace *t)
 	buf_putc(&b, '}');
 	jw_key(&b, &f, "model_type"), jw_cstr(&b, t->model_type[0] ? t->model_type : NULL);
 	jw_key(&b, &f, "torch"), jw_cstr(&b, t->target->torch_version[0] ? t->target->torch_version : NULL);
-	jw_key(&b, &f, "cuda"), jw_bool(&b, 0);
+	jw_key(&b, &f, "cuda"), jw_bool(&b, t->cuda ? cudamem_available(t->cuda) : 0);
 	buf_printf(&b, ", \"i\": %lld", (long long)++t->seq);
 	/* extension: who wrote this trace, and in which pid namespace its pids and tids are */
 	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" EVMBPF_VERSION "\"");

@@ -1,0 +1,403 @@
+/* cudamem: the CUDA caching allocator's own counters, found from outside.
+ *
+ * torch.cuda.memory_stats_as_nested_dict() reads DeviceCachingAllocator::stats of the
+ * current device. The chain to it, all read from the target (never written):
+ *   - c10::cuda::CUDACachingAllocator::allocator, exported by libc10_cuda.so: a
+ *     std::atomic<CUDAAllocator *>, set when the library loads;
+ *   - the object's dynamic type, by the RTTI name under its vtable (vtable[-1] is the
+ *     typeinfo, whose +8 is the mangled name): NativeCachingAllocator keeps the stats,
+ *     CudaMallocAsyncAllocator (PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync) does not;
+ *   - NativeCachingAllocator::device_allocator, a std::vector<DeviceCachingAllocator *>
+ *     (unique_ptrs) at a build-specific offset, empty until CUDA's lazy init: found as a
+ *     {begin, end, capacity} triple whose elements each start with a glibc recursive
+ *     mutex (kind 1 at +16) followed by a DeviceStats whose StatArrays add up
+ *     (AGGREGATE = SMALL_POOL + LARGE_POOL, 0 <= current <= peak);
+ *   - DeviceStats at +40 of each: allocated_bytes[AGGREGATE] {current, peak} at +384,
+ *     reserved_bytes[AGGREGATE].current at +480.
+ * The BPF side (bpf/cudamem.bpf.h) reads those two places at each module call. */
+#include "cudamem.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+
+#include "elfsym.h"
+#include "jsonw.h"
+#include "procmem.h"
+#include "session.h"
+
+#define SYM_ALLOCATOR "_ZN3c104cuda20CUDACachingAllocator9allocatorE"
+#define RTTI_NATIVE "N3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"
+#define RTTI_ASYNC_PART "CudaMallocAsync"
+
+/* c10::cuda's functions that change the thread's current device (DeviceIndex first) */
+static const char *const set_device_syms[] = {
+	"_ZN3c104cuda9SetDeviceEa",         /* SetDevice(DeviceIndex) */
+	"_ZN3c104cuda9SetDeviceEab",        /* SetDevice(DeviceIndex, bool force) */
+	"_ZN3c104cuda14ExchangeDeviceEa",
+	"_ZN3c104cuda19MaybeExchangeDeviceEa",
+	"_ZN3c104cuda14MaybeSetDeviceEa",
+	"_ZN3c104cuda10set_deviceEa",       /* torch.cuda.set_device, if SetDevice is inlined */
+	"_ZN3c104cuda10set_deviceEab",
+};
+
+#define STAT_BYTES 32                 /* Stat: current, peak, allocated, freed */
+#define STATARRAY_BYTES (3 * STAT_BYTES) /* AGGREGATE, SMALL_POOL, LARGE_POOL */
+#define STATARRAYS 6                  /* allocation ... reserved_bytes */
+#define SCAN_BYTES 0x10000
+
+static int rd(pid_t pid, uint64_t addr, void *dst, size_t n)
+{
+	struct pyreader r = { .pid = pid };
+	return pm_read(&r, addr, dst, n);
+}
+
+/* libc10_cuda.so in the target's mappings: its path, how to open it, its load bias. */
+static int find_library(struct cudamem *c)
+{
+	char path[64], line[PATH_MAX + 128];
+	snprintf(path, sizeof(path), "/proc/%d/maps", c->pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	int found = 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long start, end, off, inode;
+		char perms[8], dev[16], file[PATH_MAX];
+		file[0] = 0;
+		if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %4095[^\n]", &start, &end, perms, &off, dev,
+			   &inode, file) < 6 || !file[0] || off != 0)
+			continue;
+		const char *base = strrchr(file, '/');
+		base = base ? base + 1 : file;
+		if (strncmp(base, "libc10_cuda.so", 14))
+			continue;
+		snprintf(c->lib_path, sizeof(c->lib_path), "%s", file);
+		struct stat st;
+		if ((size_t)snprintf(c->lib_open, sizeof(c->lib_open), "/proc/%d/root%s", c->pid, file) >=
+			    sizeof(c->lib_open) ||
+		    stat(c->lib_open, &st) || st.st_ino != inode)
+			snprintf(c->lib_open, sizeof(c->lib_open), "/proc/%d/map_files/%lx-%lx", c->pid,
+				 start, end);
+		c->lib_bias = start; /* adjusted by the ELF's lowest PT_LOAD below */
+		found = 1;
+		break;
+	}
+	fclose(f);
+	if (!found)
+		return 0;
+	struct elf_file *e = elf_file_open(c->lib_open);
+	if (!e) {
+		snprintf(c->why, sizeof(c->why), "cannot open %s: %s", c->lib_path, strerror(errno));
+		return -1;
+	}
+	c->lib_bias -= elf_file_base_vaddr(e);
+	uint64_t v;
+	if (elf_file_symbol(e, SYM_ALLOCATOR, &v, NULL)) {
+		elf_file_close(e);
+		snprintf(c->why, sizeof(c->why), "%s exports no c10::cuda::CUDACachingAllocator::allocator",
+			 c->lib_path);
+		return -1;
+	}
+	c->allocator_sym = v + c->lib_bias;
+	c->nset_device = 0;
+	for (size_t i = 0; i < sizeof(set_device_syms) / sizeof(set_device_syms[0]); i++) {
+		uint64_t off;
+		if (!elf_file_symbol(e, set_device_syms[i], &v, NULL) && !elf_file_vaddr_to_offset(e, v, &off))
+			c->set_device_off[c->nset_device++] = off;
+	}
+	elf_file_close(e);
+	return 1;
+}
+
+/* Does this DeviceStats look like one: every StatArray adds up, 0 <= current <= peak? */
+static int stats_plausible(const int64_t *st)
+{
+	for (int a = 0; a < STATARRAYS; a++) {
+		const int64_t *s = st + a * (STATARRAY_BYTES / 8);
+		for (int p = 0; p < 3; p++) {
+			int64_t cur = s[p * 4], peak = s[p * 4 + 1];
+			if (cur < 0 || peak < cur)
+				return 0;
+		}
+		if (s[0] != s[4] + s[8])
+			return 0;
+	}
+	return 1;
+}
+
+/* One candidate vector: 1 devices found, 0 not a vector of allocators, -1 allocators
+ * whose DeviceStats do not validate. */
+static int try_vector(struct cudamem *c, const uint64_t *w)
+{
+	uint64_t begin = w[0], end = w[1], cap = w[2];
+	if (!begin || end <= begin || cap < end || (end - begin) % 8 || begin % 8)
+		return 0;
+	uint64_t n = (end - begin) / 8;
+	if (n > CUDA_MAX_DEVICES || (cap - begin) / 8 > 4096)
+		return 0;
+	uint64_t elems[CUDA_MAX_DEVICES];
+	if (rd(c->pid, begin, elems, n * 8))
+		return 0;
+	int bad = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		int32_t kind;
+		int64_t st[STATARRAYS * STATARRAY_BYTES / 8];
+		if (!elems[i] || elems[i] % 8 || rd(c->pid, elems[i] + 16, &kind, sizeof(kind)) || kind != 1)
+			return 0;
+		if (rd(c->pid, elems[i] + CUDA_STATS_IN_DEVICE, st, sizeof(st)) || !stats_plausible(st))
+			bad = 1;
+	}
+	if (bad)
+		return -1;
+	c->ndev = (int)n;
+	for (uint64_t i = 0; i < n; i++)
+		c->stats[i] = elems[i] + CUDA_STATS_IN_DEVICE;
+	return 1;
+}
+
+static void unsupported(struct cudamem *c, const char *fmt, const char *arg)
+{
+	c->state = CM_UNSUPPORTED;
+	snprintf(c->why, sizeof(c->why), fmt, arg);
+}
+
+enum cudamem_state cudamem_scan(struct cudamem *c, pid_t pid)
+{
+	c->pid = pid;
+	if (c->state == CM_READY || c->state == CM_UNSUPPORTED)
+		return c->state;
+	if (c->state == CM_NO_LIBRARY) {
+		int r = find_library(c);
+		if (r < 0) {
+			c->state = CM_UNSUPPORTED;
+			return c->state;
+		}
+		if (!r)
+			return c->state;
+		c->state = CM_PENDING;
+	}
+	uint64_t obj = 0, vtable = 0, ti = 0, name = 0;
+	if (rd(pid, c->allocator_sym, &obj, 8) || !obj)
+		return c->state; /* not set yet (the library's initialisers run at load) */
+	char tn[sizeof(c->type_name)] = "";
+	if (rd(pid, obj, &vtable, 8) || rd(pid, vtable - 8, &ti, 8) || rd(pid, ti + 8, &name, 8) ||
+	    rd(pid, name, tn, sizeof(tn) - 1)) {
+		unsupported(c, "the CUDA allocator's type cannot be read (at %s)", c->lib_path);
+		return c->state;
+	}
+	tn[sizeof(tn) - 1] = 0;
+	snprintf(c->type_name, sizeof(c->type_name), "%s", tn);
+	c->allocator = obj;
+	if (strstr(tn, RTTI_ASYNC_PART)) {
+		unsupported(c, "the cudaMallocAsync allocator (%s) keeps no such counters", "backend:cudaMallocAsync");
+		return c->state;
+	}
+	if (strcmp(tn, RTTI_NATIVE)) {
+		unsupported(c, "an unknown CUDA allocator (%.120s)", tn);
+		return c->state;
+	}
+	/* the vector: 8-aligned words of the object, read a page at a time */
+	static uint64_t buf[SCAN_BYTES / 8 + 2];
+	size_t have = 0;
+	while (have < SCAN_BYTES && !rd(pid, obj + have, (char *)buf + have, 4096))
+		have += 4096;
+	int bad = 0;
+	for (size_t i = 1; i + 2 < have / 8; i++) {
+		int r = try_vector(c, buf + i);
+		if (r > 0) {
+			c->vector_off = i * 8;
+			c->state = CM_READY;
+			return c->state;
+		}
+		if (r < 0)
+			bad = 1;
+	}
+	if (bad)
+		unsupported(c, "the CUDA allocator's DeviceStats do not have the layout evmbpf knows "
+			       "(torch at %s)", c->lib_path);
+	return c->state; /* pending: CUDA not initialised yet */
+}
+
+/* /dev/nvidiaN in the target's root, as CUDA_VISIBLE_DEVICES of its environment limits them */
+static int visible_devices(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/root/dev", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "nvidia", 6) && e->d_name[6] && isdigit((unsigned char)e->d_name[6]) &&
+		    strspn(e->d_name + 6, "0123456789") == strlen(e->d_name + 6))
+			n++;
+	closedir(d);
+	if (!n)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return n;
+	char var[4096];
+	size_t len = fread(var, 1, sizeof(var) - 1, f);
+	char *all = NULL;
+	size_t cap = 0;
+	/* the whole environment (it can be long) */
+	do {
+		all = xrealloc(all, cap + len + 1);
+		memcpy(all + cap, var, len);
+		cap += len;
+	} while ((len = fread(var, 1, sizeof(var) - 1, f)) > 0);
+	fclose(f);
+	all = xrealloc(all, cap + 1);
+	all[cap] = 0;
+	for (size_t i = 0; i < cap; i += strlen(all + i) + 1) {
+		if (strncmp(all + i, "CUDA_VISIBLE_DEVICES=", 21))
+			continue;
+		const char *v = all + i + 21;
+		/* CUDA stops at the first entry that is not a device: "", "-1", "none" */
+		int k = 0;
+		while (*v && (isdigit((unsigned char)*v) || !strncmp(v, "GPU-", 4) || !strncmp(v, "MIG-", 4))) {
+			k++;
+			v += strcspn(v, ",");
+			if (*v == ',')
+				v++;
+		}
+		n = k < n ? k : n;
+	}
+	free(all);
+	return n;
+}
+
+int cudamem_available(struct cudamem *c)
+{
+	if (c->available >= 0)
+		return c->available;
+	const char *force = getenv("EVMBPF_TEST_ASSUME_CUDA"); /* tests only: no device here */
+	if (c->state == CM_NO_LIBRARY)
+		cudamem_scan(c, c->pid);
+	if (c->state == CM_NO_LIBRARY)
+		c->available = 0; /* a CPU build, or torch without CUDA loaded: False */
+	else if (force && *force == '1')
+		c->available = 1;
+	else
+		c->available = visible_devices(c->pid) > 0;
+	return c->available;
+}
+
+void cudamem_record(struct cudamem *c, const struct rec_mem *r)
+{
+	int slot = -1;
+	for (int i = 0; i < CUDAMEM_TIDS; i++) {
+		if (c->last[i].tid == r->hdr.tid) {
+			slot = i;
+			break;
+		}
+		if (slot < 0 && !c->last[i].valid)
+			slot = i;
+	}
+	if (slot < 0)
+		slot = (int)(r->hdr.tid % CUDAMEM_TIDS);
+	c->last[slot].tid = r->hdr.tid;
+	c->last[slot].valid = 1;
+	c->last[slot].allocated = r->allocated;
+	c->last[slot].max_allocated = r->max_allocated;
+	c->last[slot].reserved = r->reserved;
+}
+
+void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b)
+{
+	for (int i = 0; c && i < CUDAMEM_TIDS; i++) {
+		if (c->last[i].tid != tid || !c->last[i].valid)
+			continue;
+		c->last[i].valid = 0; /* one record, one event */
+		int first = 1;
+		buf_putc(b, '{');
+		jw_key(b, &first, "allocated"), jw_int(b, c->last[i].allocated);
+		jw_key(b, &first, "reserved"), jw_int(b, c->last[i].reserved);
+		jw_key(b, &first, "max_allocated"), jw_int(b, c->last[i].max_allocated);
+		buf_putc(b, '}');
+		return;
+	}
+	jw_null(b);
+}
+
+/* The session's part: probes on the device-setting functions once the library is
+ * there, the DeviceStats handed to the BPF side once found. Called at the attach and
+ * then from the session's loop until the chain is found or refused. */
+void cudamem_session_step(struct session *s)
+{
+	struct cudamem *c = &s->cuda;
+	if (!s->skel || c->state == CM_READY || c->state == CM_UNSUPPORTED || c->cpu_torch)
+		return;
+	enum cudamem_state before = c->state;
+	int torch_known = s->target.torch_version[0] != 0;
+	cudamem_scan(c, s->target.pid);
+	if (c->state == CM_NO_LIBRARY && torch_known)
+		c->cpu_torch = 1; /* torch is imported without libc10_cuda.so: look no more */
+	if (before == CM_NO_LIBRARY && c->state != CM_NO_LIBRARY) {
+		for (int i = 0; i < c->nset_device && s->nlinks < SESSION_LINKS; i++) {
+			struct bpf_link *l = attach_uprobe(s->skel->progs.cuda_set_device_probe, 0,
+							   s->target.pid, c->lib_open, c->set_device_off[i],
+							   "c10::cuda::SetDevice");
+			if (l)
+				s->links[s->nlinks++] = l;
+		}
+		debugx("CUDA: %s mapped, %d device-setting functions probed", c->lib_path, c->nset_device);
+	}
+	if (c->state == CM_UNSUPPORTED && !c->warned) {
+		c->warned = 1;
+		if (!cudamem_available(c))
+			return; /* no device: null as the reference's anyway, nothing to warn of */
+		warnx_("warning: CUDA memory: %s; `mem` stays null", c->why);
+		return;
+	}
+	if (c->state != CM_READY)
+		return;
+	debugx("CUDA: allocator %s at %#lx, device_allocator at +%#lx, %d device(s)", c->type_name,
+	       (unsigned long)c->allocator, (unsigned long)c->vector_off, c->ndev);
+	if (!cudamem_available(c))
+		return; /* torch.cuda.is_available() is False: the reference writes null */
+	struct evmbpf_bpf__bss *bss = s->skel->bss;
+	for (int i = 0; i < c->ndev; i++)
+		bss->cuda_stats[i] = c->stats[i];
+	bss->cuda_alloc_off = CUDA_ALLOCATED_OFF;
+	bss->cuda_reserved_off = CUDA_RESERVED_OFF;
+	__atomic_store_n(&bss->cuda_ndev, (uint32_t)c->ndev, __ATOMIC_RELEASE);
+}
+
+/* A record that holds its thread (the first module call, stopped until the model is
+ * read) came before the collector had found the allocator (CUDA initialised just before
+ * it): look now, and read the counters from here while the thread is stopped, so that
+ * they are what the probe would have read. */
+void cudamem_session_held(struct session *s, uint32_t tid)
+{
+	struct cudamem *c = &s->cuda;
+	for (int i = 0; i < CUDAMEM_TIDS; i++)
+		if (c->last[i].tid == tid && c->last[i].valid)
+			return;
+	if (c->state != CM_READY)
+		cudamem_session_step(s);
+	if (c->state != CM_READY || !s->skel->bss->cuda_ndev)
+		return; /* not found, or torch.cuda.is_available() is False there */
+	int32_t dev = 0;
+	bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_device), &tid, &dev);
+	if (dev < 0 || dev >= c->ndev)
+		return;
+	int64_t cp[2], reserved;
+	if (rd(c->pid, c->stats[dev] + CUDA_ALLOCATED_OFF, cp, sizeof(cp)) ||
+	    rd(c->pid, c->stats[dev] + CUDA_RESERVED_OFF, &reserved, sizeof(reserved)))
+		return;
+	struct rec_mem r = { .hdr = { .kind = REC_MEM, .size = sizeof(r), .tid = tid }, .device = dev,
+			     .allocated = cp[0], .max_allocated = cp[1], .reserved = reserved };
+	cudamem_record(c, &r);
+}

@@ -1,0 +1,64 @@
+/* CUDA memory counters (`mem`) read from the target's caching allocator, and the
+ * header's `cuda`: finding the allocator's per-device DeviceStats from outside. */
+#ifndef EVMBPF_CUDAMEM_H
+#define EVMBPF_CUDAMEM_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "evmbpf.h"
+#include "util.h"
+
+/* allocated_bytes / reserved_bytes [AGGREGATE] within DeviceStats (torch 2.x headers),
+ * and DeviceStats within DeviceCachingAllocator (after its std::recursive_mutex). */
+#define CUDA_STATS_IN_DEVICE 40
+#define CUDA_ALLOCATED_OFF 384
+#define CUDA_RESERVED_OFF 480
+
+enum cudamem_state {
+	CM_NO_LIBRARY,   /* libc10_cuda.so is not mapped (yet): a CPU torch, or not imported */
+	CM_PENDING,      /* the allocator is there, its devices not initialised yet */
+	CM_READY,        /* DeviceStats found and validated for every device */
+	CM_UNSUPPORTED,  /* cudaMallocAsync, an unknown allocator, or a layout that did not validate */
+};
+
+#define CUDAMEM_TIDS 64
+
+struct cudamem {
+	pid_t pid;
+	enum cudamem_state state;
+	char why[PATH_MAX + 256];     /* CM_UNSUPPORTED: what, for the one warning */
+	char lib_path[PATH_MAX];     /* libc10_cuda.so as the target names it */
+	char lib_open[PATH_MAX];     /* the same, as evmbpf opens it */
+	uint64_t lib_bias;
+	uint64_t allocator_sym;      /* &c10::cuda::CUDACachingAllocator::allocator */
+	uint64_t allocator;          /* the object it points at */
+	char type_name[160];         /* its dynamic type (RTTI name) */
+	uint64_t vector_off;         /* device_allocator within the object */
+	int ndev;
+	uint64_t stats[CUDA_MAX_DEVICES];  /* DeviceStats per device */
+	uint64_t set_device_off[8];  /* file offsets of the device-setting functions */
+	int nset_device;
+	int available;               /* the header's cuda, once decided; -1 not yet */
+	int warned;
+	int cpu_torch;                /* torch loaded, libc10_cuda.so not: never CUDA */
+	struct {
+		uint32_t tid;
+		int valid;
+		int64_t allocated, max_allocated, reserved;
+	} last[CUDAMEM_TIDS];
+};
+
+/* Look at the target once more (its mappings, the allocator, its devices); returns the
+ * state. Never writes the target. */
+enum cudamem_state cudamem_scan(struct cudamem *c, pid_t pid);
+/* What torch.cuda.is_available() says in the target, as well as can be told from
+ * outside (see docs/cudamem.md); decided once. */
+int cudamem_available(struct cudamem *c);
+/* A REC_MEM record: the counters of the thread's next enter or error. */
+void cudamem_record(struct cudamem *c, const struct rec_mem *r);
+/* `mem` of an event of thread tid: the counters of its last REC_MEM, or null. */
+void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b);
+
+#endif

@@ -37,6 +37,9 @@ enum rec_kind {
 			    * or under the first call seen (attached in the middle of a forward?) */
 	REC_ORPHAN = 9,    /* a module running when evmbpf attached has returned */
 	REC_TASK_EXEC = 12, /* the target exec'd another program: the traced process is gone */
+	REC_BOUND_SITE = 13, /* a new call site of a bound Module.__call__: watch it (bound.c) */
+	REC_BOUND_ENTER = 14, /* a module called through its bound __call__ is running: the next
+			       * REC_ENTER of the thread (REC_F_BOUND) describes its args first */
 };
 
 struct rec_hdr {
@@ -59,6 +62,8 @@ struct rec_call {
 #define REC_F_EXCEPTION 1u  /* exit: NULL return value */
 #define REC_F_TRUNCATED 2u  /* the description did not fit and was cut */
 #define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
+#define REC_F_BOUND 8u      /* enter: the nodes start with the args and kwargs of the bound call
+			     * of REC_BOUND_ENTER; exit: the return of such a call (a watchpoint) */
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
  * items come as key node, value node. Nodes are 8-byte aligned. */
@@ -197,6 +202,44 @@ struct rec_orphan {
 	__u64 marker;
 };
 
+/* Modules called through a bound __call__ (`step = model.__call__; step(**kw)`, as
+ * transformers' generate() calls its model) pass through no slot_tp_call. The frame walk
+ * at an outermost module call finds their Module.__call__ frame; the caller's call
+ * instruction and the one after it (the resume point) get a hardware watchpoint each on
+ * that thread (user space: perf_event_open), whose BPF program sees the call begin and
+ * return. Per thread, keyed by tid; user space sets a site's state. */
+#define BOUND_SITES 2 /* call + return watchpoints each: x86 has 4 debug registers */
+#define BOUND_ARMED 1
+#define BOUND_FAILED 2
+struct bound_thread {
+	__u64 frame;  /* the open call's Module.__call__ frame, or 0 */
+	__u64 self;
+	__u64 caller; /* the frame that called it, current again at its return */
+	__u64 slot;   /* where the caller's value stack receives the result */
+	__u64 next;   /* the resume instruction being watched */
+	__u64 args, kwargs; /* its args tuple and kwargs dict, for the record that describes them */
+	__u32 open;
+	__u32 nsites;
+	__u64 call_at[BOUND_SITES]; /* a site's call instruction (its opcode byte) */
+	__u64 next_at[BOUND_SITES]; /* and the instruction after the call */
+	__u8 state[BOUND_SITES];    /* 0 just found, BOUND_ARMED, BOUND_FAILED */
+	__u8 full_said;
+	__u8 pad[5];
+};
+struct rec_bound_enter {
+	struct rec_hdr hdr;
+	__u64 self;
+	__u64 marker;
+};
+#define BOUND_SITE_F_FULL 1u /* every watchpoint of the thread is in use: not watched */
+struct rec_bound_site {
+	struct rec_hdr hdr;
+	__u64 call_at;
+	__u64 next_at;
+	__u64 code;   /* the caller's code object */
+	__u32 flags;  /* REC_F_HELD, BOUND_SITE_F_FULL << 8 */
+	__u32 pad;
+};
 struct rec_module_type {
 	struct rec_hdr hdr;
 	__u64 type;

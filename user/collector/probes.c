@@ -7,6 +7,7 @@
 #include <string.h>
 #include <linux/capability.h>
 
+#include "bound.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -118,6 +119,7 @@ int session_load(struct session *s)
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
+	skel->bss->bound_hold = skel->bss->hold_next;
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
 		watchdog_pending(1);
 	struct bpf_link *l;
@@ -177,6 +179,7 @@ void session_detach(struct session *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
+	bound_detach(); /* after the entry probe that finds bound calls */
 }
 
 /* --probe-floor: empty programs where call_enter/call_exit go; no trace. */

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bound.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -48,6 +49,12 @@ int session_record(void *ctx, void *data, size_t size)
 		}
 		return 0;
 	}
+	if (h->kind == REC_BOUND_SITE && size >= sizeof(struct rec_bound_site)) {
+		bound_site(s, data);
+		return 0;
+	}
+	if (bound_skip(data, size))
+		return 0;
 	trace_record(&s->trace, data, size);
 	if ((h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
 	     (((const struct rec_call *)data)->flags & REC_F_HELD)) ||

@@ -66,7 +66,7 @@ def raises(model, x):
 
 def run(model):
     x = torch.ones(2, 3)
-    shape = os.environ.get("BOUND_SHAPE", "all")
+    shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
     model(x)
     for name, work in (("dunder", dunder), ("kwargs", kwargs), ("positional", positional),
                        ("raises", raises)):

@@ -228,7 +228,8 @@ __noinline int check_bound(void)
 		next_at = instr + 2;
 	} else {
 		__u16 ro = 0;
-		bpf_probe_read_user(&ro, 2, (void *)(R + (pyo.version == 313 ? 68 : 72)));
+		/* the caller's: where it resumes once the callee returns */
+		bpf_probe_read_user(&ro, 2, (void *)(C + (pyo.version == 313 ? 68 : 72)));
 		if (!ro)
 			return 0;
 		call_at = instr;

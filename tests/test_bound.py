@@ -22,7 +22,13 @@ def workload(shape):
     return os.path.join(OWN_WORKLOADS, f"bound_{shape}.py")
 
 
-@pytest.mark.parametrize("shape", SHAPES)
+def full(*values, default=()):
+    """The cells of the default run, then the rest behind EVMBPF_FULL_MATRIX=1."""
+    skip = pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1")
+    return [v if v in default else pytest.param(v, marks=skip) for v in values]
+
+
+@pytest.mark.parametrize("shape", full(*SHAPES, default=("kwargs", "raises")))
 def test_host_launch(evmbpf, shape, tmp_path):
     ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
     assert run_reference(workload(shape), ref).returncode == 0
@@ -34,7 +40,7 @@ def test_host_launch(evmbpf, shape, tmp_path):
     compare_traces(load(ref), got, kwargs=KWARGS)
 
 
-@pytest.mark.parametrize("shape", ["kwargs", "raises"])
+@pytest.mark.parametrize("shape", full("kwargs", "raises", default=("kwargs",)))
 def test_host_pid(evmbpf, shape, tmp_path):
     ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
     assert run_reference(workload(shape), ref).returncode == 0

@@ -52,9 +52,9 @@ static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len)
 	return d[0] == lo && d[1] == hi;
 }
 
-/* Scan a keys object's entries for the name; the value from `values` (split: values[i])
- * or from the entry itself (combined). */
-static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
+/* The index of the name among a keys object's first ATTR_SCAN entries, with that
+ * entry's own value in *value; -1 when it is not there or an entry cannot be read. */
+static __always_inline __s32 key_index(__u64 keys, __u64 lo, __u64 hi, __u32 len, __u64 *value)
 {
 	__u64 nentries = rd64(keys + pyo.dk_nentries);
 	__u8 esize8, koff8;
@@ -65,12 +65,38 @@ static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64
 			break;
 		__u64 kv[2] = {};
 		if (bpf_probe_read_user(kv, 16, (void *)(entries + i * esize + koff)))
-			return 0;
-		if (!kv[0] || !key_matches(kv[0], lo, hi, len))
-			continue;
-		return values ? rd64(values + pyo.dictvalues_values + i * 8) : kv[1];
+			return -1;
+		if (kv[0] && key_matches(kv[0], lo, hi, len)) {
+			*value = kv[1];
+			return i;
+		}
 	}
-	return 0;
+	return -1;
+}
+
+/* Scan a keys object's entries for the name; the value from `values` (split: values[i])
+ * or from the entry itself (combined). */
+static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
+{
+	__u64 value = 0;
+	__s32 i = key_index(keys, lo, hi, len, &value);
+	if (i < 0 || i >= ATTR_SCAN)
+		return 0;
+	return values ? rd64(values + pyo.dictvalues_values + i * 8) : value;
+}
+
+/* Where the name sits in a keys object's entries (the index scan_keys would take the
+ * value at), or -1 when it is not among the first ATTR_SCAN. For the split tables of one
+ * type's instances (the type's shared keys), found once per record and used for each
+ * instance of that type read in it. */
+/* A global function: verified once, not at each call. */
+__noinline __s32 attr_slot(__u64 keys, __u32 which)
+{
+	__u64 lo, hi, value;
+	__u32 len;
+	if (!keys || attr_want(which, &lo, &hi, &len))
+		return -1;
+	return key_index(keys, lo, hi, len, &value);
 }
 
 static __always_inline __u64 dict_get(__u64 dict, __u64 lo, __u64 hi, __u32 len)

@@ -165,6 +165,11 @@ static __always_inline void finish(struct scratch *s)
 	if (size > REC_BUF_SIZE)
 		size = REC_BUF_SIZE;
 	r->hdr.size = size;
+	/* the hold: after the record is complete, before it is handed on; the thread stops
+	 * when this probe returns, so the record is in the ring buffer before the stop */
+	if ((s->flags & REC_F_WANT_HOLD) && hold_thread())
+		s->flags |= REC_F_PTRACE;
+	s->flags &= ~REC_F_WANT_HOLD;
 	r->flags |= s->flags;
 	r->nodes = s->nodes;
 	if (s->flags & REC_F_TRUNCATED)

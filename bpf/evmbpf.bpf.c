@@ -20,6 +20,7 @@
 #include "pyoffsets.h"
 #include "state.bpf.h"
 #include "types.bpf.h"
+#include "hold.bpf.h"
 #include "calls.bpf.h"
 #include "values.bpf.h"
 #include "attrs.bpf.h"
@@ -80,8 +81,11 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	r->marker = active_marker();
 	if (hold_next) {
 		hold_next = 0;
-		bpf_send_signal(19 /* SIGSTOP */);
 		r->flags = REC_F_HELD;
+		if (numeric_hold) /* --numeric: this thread only, through the ptrace hold */
+			s->flags |= REC_F_WANT_HOLD;
+		else
+			bpf_send_signal(19 /* SIGSTOP */);
 	}
 	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
 	push(s, W_ONE, (__u64)args, ROOT_DEPTH);

@@ -9,6 +9,7 @@
 #define EVMBPF_FRAMES_BPF_H
 
 #include "state.bpf.h"
+#include "hold.bpf.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -79,7 +80,9 @@ static __always_inline void report_stack(int may_hold)
 			bpf_map_update_elem(&known_codes, &code, &one, BPF_ANY);
 			r->flags = REC_F_HELD;
 		}
-		if (r->flags)
+		if (r->flags && numeric_hold) /* --numeric: through the ptrace hold */
+			r->flags = hold_thread() ? REC_F_HELD | REC_F_PTRACE : 0;
+		else if (r->flags)
 			bpf_send_signal(19 /* SIGSTOP */);
 	}
 	__u64 id = bpf_get_current_pid_tgid();

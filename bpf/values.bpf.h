@@ -12,6 +12,7 @@
 
 #include "state.bpf.h"
 #include "types.bpf.h"
+#include "hold.bpf.h"
 
 #define STACK_MAX 32
 #define ROOT_DEPTH 255
@@ -53,6 +54,8 @@ struct {
 
 static __always_inline __u64 rb_flags(__u32 rec_flags)
 {
+	if (rec_flags & REC_F_PTRACE) /* a thread waits for us */
+		return BPF_RB_FORCE_WAKEUP;
 	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
 		return 0;
 	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
@@ -93,6 +96,52 @@ static __always_inline void commit(struct scratch *s, struct dnode *n, __u32 siz
 	s->nodes++;
 }
 
+/* --numeric: where the tensor's values are (struct dnode_tensor_data, after the sizes),
+ * read from the TensorImpl in s->tmp and its StorageImpl. Returns the node's size in
+ * 8-byte words past the sizes (the sizes' own count plus the data's), for commit(). */
+static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
+					 struct dnode_tensor *t, __u64 impl, __u32 li, __u32 ndim)
+{
+	struct dnode_tensor_data *d = (void *)&t->sizes[ndim & 15];
+	__u16 base = layouts[li].backptr_off;
+	__u32 so = (layouts[li].sizes_off - base) & 63;
+	__u32 oo = (layouts[li].numel_off - 8 - base) & 255;
+	if (oo > TENSOR_CHUNK - 8 || !layouts[li].sdata_off) /* torch 1.7: StorageImpl not measured */
+		return ndim;
+	d->ok = 0;
+	d->offset = *(__s64 *)&s->tmp[oo];
+	__u64 storage = rd64(impl + layouts[li].storage_off);
+	/* the DataPtr (data, context, deleter, device) and size_bytes_, in s->tmp past the
+	 * TensorImpl's chunk: off the stack, which the walk's frames share (512 bytes) */
+	__u64 *dp = (__u64 *)&s->tmp[TENSOR_CHUNK + 8];
+	_Static_assert(TENSOR_CHUNK + 8 + 5 * 8 <= sizeof(((struct scratch *)0)->tmp), "tmp");
+	if (!storage || bpf_probe_read_user(dp, 5 * 8, (void *)(storage + layouts[li].sdata_off)))
+		return ndim;
+	d->data = dp[0];
+	d->dev_type = (__u8)dp[3];
+	d->dev_index = (__s8)(dp[3] >> 8);
+	d->nbytes = dp[4];
+	if (layouts[li].sizes_kind == 1) {
+		/* torch 1.7: strides_, a SmallVector after sizes_ (3 pointers, 5 inline) */
+		__u64 begin = *(__u64 *)&s->tmp[(so + 64) & 127];
+		if (ndim && bpf_probe_read_user(d->strides, (ndim & 15) * 8 + 8, (void *)begin))
+			return ndim;
+	} else if (ndim <= 5) {
+		for (int k = 0; k < 5; k++)
+			if (k < ndim)
+				d->strides[k] = *(__s64 *)&s->tmp[(so + 48 + k * 8) & 127];
+	} else {
+		__u64 heap = *(__u64 *)&s->tmp[(so + 8) & 127];
+		if (bpf_probe_read_user(d->strides, (ndim & 15) * 8 + 8, (void *)(heap + ndim * 8)))
+			return ndim;
+	}
+	d->ok = 1;
+	n->flags |= N_F_DATA;
+	if (d->dev_type == 0 && t->numel > 0)
+		s->flags |= REC_F_WANT_HOLD;
+	return ndim + sizeof(*d) / 8 + ndim;
+}
+
 static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u64 obj)
 {
 	struct dnode_tensor *t = (void *)(n + 1);
@@ -104,15 +153,22 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 	t->layout = 0;
 	t->device_set = 0;
 	t->dtype_meta = 0;
+	int have_chunk = 0;
+	__u64 impl = 0;
 	for (__u32 k = 0; k <= TENSOR_LAYOUTS; k++) {
 		/* the layout that matched last time first, then all in order */
 		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
 		if (li >= TENSOR_LAYOUTS || li >= n_layouts)
 			continue;
-		__u64 impl = rd64(obj + layouts[li].impl_off);
+		impl = rd64(obj + layouts[li].impl_off);
 		if (!impl)
 			continue;
-		__u64 back = rd64(impl + layouts[li].backptr_off);
+		/* the chunk starts at the back pointer: one read checks the layout and, when it
+		 * matches, holds what follows */
+		__u64 back;
+		have_chunk = !bpf_probe_read_user(s->tmp, TENSOR_CHUNK,
+						  (void *)(impl + layouts[li].backptr_off));
+		back = have_chunk ? *(__u64 *)s->tmp : rd64(impl + layouts[li].backptr_off);
 		if ((back & ~1ULL) != obj)
 			continue;
 		found = li + 1;
@@ -127,12 +183,13 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 		return;
 	if (found != hint)
 		layout_hint = found;
-	__u64 impl = rd64(obj + layouts[li].impl_off);
 	__u16 base = layouts[li].backptr_off;
-	if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
-		__sync_fetch_and_add(&read_faults, 1);
-		commit(s, n, sizeof(*n) + sizeof(*t));
-		return;
+	if (!have_chunk) {
+		if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
+			__sync_fetch_and_add(&read_faults, 1);
+			commit(s, n, sizeof(*n) + sizeof(*t));
+			return;
+		}
 	}
 	__u32 so = (layouts[li].sizes_off - base) & 63;
 	__u32 no = (layouts[li].numel_off - base) & 255;
@@ -191,13 +248,23 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 			ndim = 0;
 		}
 	}
+	if (numeric && ndim <= TENSOR_MAX_DIMS)
+		ndim = tensor_data(s, n, t, impl, li, ndim);
 	commit(s, n, sizeof(*n) + sizeof(*t) + 8 * (ndim & 31));
 }
 
 static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 obj)
 {
-	__u64 len = rd64(obj + pyo.str_length);
-	__u32 state = (__u32)rd64(obj + pyo.str_state);
+	__u64 len, *hdr = (__u64 *)s->tmp;
+	__u32 state;
+	if (pyo.str_state == pyo.str_length + 16 &&
+	    !bpf_probe_read_user(hdr, 24, (void *)(obj + pyo.str_length))) {
+		len = hdr[0]; /* length, hash, state: one read */
+		state = (__u32)hdr[2];
+	} else {
+		len = rd64(obj + pyo.str_length);
+		state = (__u32)rd64(obj + pyo.str_state);
+	}
 	__u32 kind = (state >> 2) & 7;
 	__u32 compact = (state >> 5) & 1;
 	__u32 ascii = (state >> 6) & 1;
@@ -306,9 +373,17 @@ static __always_inline __u64 dict_entries(__u64 keys, __u8 *esize, __u8 *koff)
 static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u64 obj, __u8 depth)
 {
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
-	__u64 used = rd64(obj + pyo.dict_used);
-	__u64 keys = rd64(obj + pyo.dict_keys);
-	__u64 values = rd64(obj + pyo.dict_values);
+	__u64 used, keys, values, *d = (__u64 *)s->tmp;
+	if (pyo.dict_keys == pyo.dict_used + 16 && pyo.dict_values == pyo.dict_used + 24 &&
+	    !bpf_probe_read_user(d, 32, (void *)(obj + pyo.dict_used))) {
+		used = d[0]; /* ma_used, the version, ma_keys, ma_values: one read */
+		keys = d[2];
+		values = d[3];
+	} else {
+		used = rd64(obj + pyo.dict_used);
+		keys = rd64(obj + pyo.dict_keys);
+		values = rd64(obj + pyo.dict_values);
+	}
 	__u32 items = used < width ? used : width;
 
 	n->kind = N_DICT;
@@ -320,14 +395,27 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 	if (!items)
 		return;
 	__u8 esize, koff;
-	__u64 entries = dict_entries(keys, &esize, &koff);
+	__u64 entries, limit, *kh = (__u64 *)s->tmp;
+	if (!pyo.dk_size && pyo.dk_nentries == 24 && pyo.dk_log2_index_bytes < 24 &&
+	    pyo.dk_kind < 24 && !bpf_probe_read_user(kh, 32, (void *)keys)) {
+		/* 3.11+: the keys object's header in one read (dict_entries' answer) */
+		__u8 log2_index = ((__u8 *)kh)[pyo.dk_log2_index_bytes & 31];
+		__u8 dkind = ((__u8 *)kh)[pyo.dk_kind & 31];
+		esize = dkind ? 16 : 24;
+		koff = dkind ? 0 : 8;
+		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
+		limit = kh[3];
+	} else {
+		entries = dict_entries(keys, &esize, &koff);
+		limit = rd64(keys + pyo.dk_nentries);
+	}
 	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
 	if (!w) {
 		n->items = 0;
 		return;
 	}
 	w->count = items;
-	w->limit = rd64(keys + pyo.dk_nentries);
+	w->limit = limit;
 	w->esize = esize;
 	w->koff = koff;
 }

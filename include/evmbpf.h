@@ -62,7 +62,9 @@ struct rec_call {
 #define REC_F_EXCEPTION 1u  /* exit: NULL return value */
 #define REC_F_TRUNCATED 2u  /* the description did not fit and was cut */
 #define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
-#define REC_F_BOUND 8u      /* enter: the nodes start with the args and kwargs of the bound call
+#define REC_F_WANT_HOLD 8u  /* --numeric: the record describes CPU tensor values to read (BPF side only) */
+#define REC_F_PTRACE 16u    /* --numeric: this thread was held here (SIGURG, seen by evmbpf's ptrace) */
+#define REC_F_BOUND 32u     /* enter: the nodes start with the args and kwargs of the bound call
 			     * of REC_BOUND_ENTER; exit: the return of such a call (a watchpoint) */
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
@@ -98,6 +100,7 @@ struct dnode_cache {
 #define N_F_NEGATIVE 0x100u
 #define N_F_CUT 0x200u
 #define N_F_KIND_MASK 0x7u
+#define N_F_DATA 0x400u     /* N_TENSOR: a struct dnode_tensor_data follows the sizes (--numeric) */
 
 struct dnode {
 	__u8 kind;
@@ -121,6 +124,20 @@ struct dnode_tensor {
 	__s64 numel;
 	__u64 dtype_meta; /* dtype == DTYPE_META: torch < 1.8's TypeMetaData*, named in user space */
 	__s64 sizes[]; /* ndim of them, up to TENSOR_MAX_DIMS */
+};
+
+/* --numeric: where a tensor's values are, read with its TensorImpl: the storage's data
+ * pointer and size, its device (the DataPtr's), the tensor's storage offset (elements)
+ * and strides. User space checks the extent against nbytes before reading. */
+struct dnode_tensor_data {
+	__u64 data;
+	__u64 nbytes;
+	__s64 offset;
+	__u8 dev_type;
+	__s8 dev_index;
+	__u8 ok;          /* every field was read */
+	__u8 pad[5];
+	__s64 strides[];  /* ndim of them */
 };
 
 /* Uncaught exception: type name, message, the last traceback entries. */
@@ -260,6 +277,10 @@ struct tensor_layout {
 	__u8 sizes_kind;     /* 0: SizesAndStrides; 1 (torch 1.7): SmallVector sizes_ {begin, end} */
 	__u8 dtype_kind;     /* 0: ScalarType byte; 1 (torch 1.7): TypeMeta, a TypeMetaData* */
 	__u8 pad;
+	/* --numeric: TensorImpl -> storage_ (StorageImpl*), StorageImpl -> DataPtr (data, ctx,
+	 * deleter, Device at +24, then size_bytes_ at +32); storage_offset_ is numel_off - 8 */
+	__u16 storage_off;
+	__u16 sdata_off;
 };
 
 #define TENSOR_LAYOUTS 4

@@ -3,7 +3,8 @@
 
 For each workload, interleaved and repeated (plain, floor, evmbpf, tail, reference,
 plain, ...), on the same Python (the host's /usr/bin/python3.11 + torch 1.13; llama in the
-sid chroot), each run a fresh process timing N iterations inside itself
+sid chroot; llama-depth: an HF LlamaModel at 2, 8 and 32 decoder layers, `model(ids)` with its
+DynamicCache, in the sid chroot, skipped when it is not built), each run a fresh process timing N iterations inside itself
 (scripts/bench_workload.py: after build and warm-up, time.perf_counter):
 
   plain      untraced
@@ -12,13 +13,16 @@ sid chroot), each run a fresh process timing N iterations inside itself
   evmbpf     evmbpf --pid PID --out FILE (default options: streaming)
   tail       evmbpf --tail N
   reference  the reference in-process tracer (../shared/reference, evalmetry.debug)
+  numeric    evmbpf --numeric: stats of every CPU tensor, read while its thread is held
+  reference_numeric  the reference with numeric=True (its temporaries in the target)
 
 Tracers attach by pid while the workload waits after building its model. Printed per
 workload: µs added per module call (median over repeats, against plain's median), the
 ratios evmbpf/floor and reference/evmbpf, events per second in the timed loop, records
 dropped (BPF counter, and the trace's `dropped` event), the collector's CPU time and
 peak RSS (wait4 rusage of the evmbpf process), and the BPF programs' own run time per
-run (kernel.bpf_stats_enabled=1; bpftool prog show run_time_ns / run_cnt).
+run (kernel.bpf_stats_enabled=1; bpftool prog show run_time_ns / run_cnt), and the two
+programs' run time per module call (BPF ns/call, from the fastest run).
 
 Results go to bench-results/bench-YYYYmmddTHHMMSSZ.json; --compare FILE prints the
 change against an earlier results file. --soak S adds a streaming run and a --tail run of
@@ -44,9 +48,12 @@ EVMBPF = os.path.join(REPO, "build", "evmbpf")
 WORKLOAD = os.path.join(REPO, "scripts", "bench_workload.py")
 HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
-MODES = ["plain", "floor", "evmbpf", "tail", "reference"]
+MODES = ["plain", "floor", "evmbpf", "tail", "reference", "numeric", "reference_numeric"]
 # iterations per run (timed), warm-up iterations
-ITERS = {"small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2)}
+ITERS = {"big": (20, 2), "small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2),
+         "llama-depth-2": (150, 5), "llama-depth-8": (50, 3), "llama-depth-32": (15, 2)}
+# llama-depth: an HF LlamaModel at these depths (decoder layers), each its own workload
+LLAMA_DEPTHS = (2, 8, 32)
 
 
 def log(*a):
@@ -65,7 +72,9 @@ def chroot_dir(name):
 
 def workload_cmd(wl, iters, warmup, extra):
     args = [wl, "--iters", str(iters), "--warmup", str(warmup), "--sync"] + extra
-    if wl == "llama":
+    if wl.startswith("llama-depth-"):
+        args = ["llama-depth", "--layers", wl.rsplit("-", 1)[1]] + args[1:]
+    if wl.startswith("llama"):
         return [os.path.join(REPO, "scripts", "chroot.sh"), "run", "sid", "python3",
                 "/evmbpf/main/scripts/bench_workload.py"] + args
     return [HOST_PYTHON, WORKLOAD] + args
@@ -152,8 +161,10 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
     trace = os.path.join(tmp, f"{wl}-{mode}.jsonl")
     if os.path.exists(trace):
         os.unlink(trace)
-    if mode == "reference":
+    if mode in ("reference", "reference_numeric"):
         extra = ["--reference-trace", trace]
+    if mode == "reference_numeric":
+        extra.append("--numeric")
     if duration:
         extra += ["--duration", str(duration)]
     wcpu, ccpu = (None, None)
@@ -168,7 +179,7 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
         if not line.startswith("{"):
             raise RuntimeError(f"workload did not start: {line!r}")
         pid = json.loads(line)["ready"]
-        if mode in ("floor", "evmbpf", "tail"):
+        if mode in ("floor", "evmbpf", "tail", "numeric"):
             stats = os.path.join(tmp, "stats.json")
             err = os.path.join(tmp, "evmbpf.err")
             for p in (stats,):
@@ -181,11 +192,13 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
                 cmd += ["--out", trace]
             if mode == "tail":
                 cmd += ["--tail", str(opts.tail)]
+            if mode == "numeric":
+                cmd.append("--numeric")
             if ringbuf_mb:
                 cmd += ["--ringbuf-mb", str(ringbuf_mb)]
             with open(err, "w") as ef:
                 tracer = subprocess.Popen(pin(ccpu) + cmd, stdout=ef, stderr=ef)
-            if not wait_for_text(err, r"attached to", tracer, 60):
+            if not wait_for_text(err, r"attached to", tracer, 300):
                 raise RuntimeError("evmbpf did not attach: " + open(err).read()[-2000:])
         work.stdin.write("go\n")
         work.stdin.flush()
@@ -263,6 +276,22 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def bpf_ns_per_module_call(r, calls_per_run):
+    """The entry and exit programs' run time in one run over the module calls made while
+    they were attached (warm-up, timed loop, the counting iteration): from the trace's
+    events (an enter and an exit each) when traced, else from the iterations."""
+    bpf = r.get("bpf") or {}
+    ns = sum(bpf.get(p, {}).get("run_time_ns", 0) for p in PROG_NAMES)
+    if not ns:
+        return None
+    ev = (r.get("stats") or {}).get("events")
+    if ev:
+        calls = ev / 2
+    else:
+        calls = (r["iters"] + r.get("warmup", 0) + 1) * r["calls_per_iter"]
+    return ns / calls if calls else None
+
+
 def summarize(runs):
     """Per workload and mode: medians, and µs added per module call against plain."""
     out = {}
@@ -279,8 +308,9 @@ def summarize(runs):
                 continue
             secs = med([r["secs"] for r in m])
             d = {"runs": len(m), "secs_median": secs, "secs_min": min(r["secs"] for r in m),
-                 "us_per_call": secs / calls * 1e6}
-            if mode != "plain" and mode != "reference":
+                 "us_per_call": secs / calls * 1e6,
+                 "target_peak_rss_kb": med([r.get("peak_rss_kb") for r in m])}
+            if mode not in ("plain", "reference", "reference_numeric"):
                 d["collector_cpu_s"] = med([r["collector"]["cpu_s"] for r in m])
                 d["collector_collect_cpu_s"] = med([r["collector"].get("collect_cpu_s") for r in m])
                 d["collector_maxrss_kb"] = max(r["collector"]["maxrss_kb"] for r in m)
@@ -288,7 +318,13 @@ def summarize(runs):
                     v = med([r["bpf"].get(prog, {}).get("ns_per_run") for r in m])
                     if v is not None:
                         d[f"bpf_ns_{prog}"] = v
-            if mode in ("evmbpf", "tail"):
+                # both programs' run time per module call (they also run, and return
+                # early, at the other calls through slot_tp_call); the fastest run
+                per_call = [bpf_ns_per_module_call(r, calls) for r in m]
+                per_call = [x for x in per_call if x is not None]
+                if per_call:
+                    d["bpf_ns_per_module_call"] = min(per_call)
+            if mode in ("evmbpf", "tail", "numeric"):
                 st = [r["stats"] for r in m if r.get("stats")]
                 d["dropped_records"] = sum(x["dropped_records"] for x in st)
                 d["events_median"] = med([x["events"] for x in st])
@@ -332,22 +368,24 @@ def print_summary(summary, prev=None):
     for wl, s in summary.items():
         print(f"\n== {wl}: {s['calls_per_iter']} module calls per iteration, "
               f"{s['calls_per_run']} per run (python {s['python']}, torch {s['torch']})")
-        print(f"{'mode':10} {'runs':>4} {'µs/call':>8} {'µs added':>9} {'(min)':>7} "
+        print(f"{'mode':17} {'runs':>4} {'µs/call':>8} {'µs added':>9} {'(min)':>7} "
               f"{'events/s':>10} {'dropped':>8} {'coll.cpu s':>10} {'collect':>7} {'µs/event':>8} "
-              f"{'RSS MiB':>8} {'BPF ns enter/exit':>18}")
+              f"{'RSS MiB':>8} {'BPF ns enter/exit':>18} {'BPF ns/call':>11} {'target peak RSS MiB':>20}")
         for mode, d in s["modes"].items():
             enter = d.get("bpf_ns_call_enter", d.get("bpf_ns_floor_enter"))
             exit_ = d.get("bpf_ns_call_exit", d.get("bpf_ns_floor_exit"))
             dropped = d.get("dropped_records")
             if dropped is not None:
                 dropped = f"{dropped}/{d['trace_dropped_events']}"
-            print(f"{mode:10} {d['runs']:>4} {fmt(d['us_per_call']):>8} "
+            print(f"{mode:17} {d['runs']:>4} {fmt(d['us_per_call']):>8} "
                   f"{fmt(d.get('us_added_per_call')):>9} {fmt(d.get('us_added_per_call_min')):>7} "
                   f"{fmt(d.get('events_per_s'), '.0f'):>10} {dropped or '-':>8} "
                   f"{fmt(d.get('collector_cpu_s')):>10} {fmt(d.get('collector_collect_cpu_s')):>7} "
                   f"{fmt(d.get('collector_us_per_event')):>8} "
                   f"{fmt(d['collector_maxrss_kb'] / 1024 if 'collector_maxrss_kb' in d else None, '.1f'):>8} "
-                  f"{fmt(enter, '.0f'):>8} / {fmt(exit_, '.0f'):<8}")
+                  f"{fmt(enter, '.0f'):>8} / {fmt(exit_, '.0f'):<8} "
+                  f"{fmt(d.get('bpf_ns_per_module_call'), '.0f'):>11} "
+                  f"{fmt(d['target_peak_rss_kb'] / 1024 if d.get('target_peak_rss_kb') else None, '.1f'):>20}")
         print(f"ratios: evmbpf/floor {fmt(s['ratio_evmbpf_floor'])}, tail/floor "
               f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')} "
               f"(medians); from the fastest runs: {fmt(s['ratio_evmbpf_floor_min'])}, "
@@ -411,8 +449,9 @@ def drop_check(tmp, opts):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workloads", default="small,tiny,llama",
-                    help="comma-separated: small, linear, tiny, llama (default %(default)s)")
+    ap.add_argument("--workloads", default="small,tiny,big,llama,llama-depth",
+                    help="comma-separated: small, linear, tiny, big, llama, llama-depth (an "
+                         "HF LlamaModel at 2, 8 and 32 layers; default %(default)s)")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--iters", type=int, help="iterations per run (default per workload)")
@@ -438,10 +477,16 @@ def main():
     if opts.compare:
         with open(opts.compare) as f:
             prev = json.load(f)["summary"]
-    workloads = [w for w in opts.workloads.split(",") if w]
-    if "llama" in workloads and not chroot_dir("sid"):
-        log("llama: skipped, the sid chroot is not built (scripts/chroot.sh ensure sid)")
-        workloads.remove("llama")
+    workloads = []
+    for w in opts.workloads.split(","):
+        if w == "llama-depth":
+            workloads += [f"llama-depth-{n}" for n in LLAMA_DEPTHS]
+        elif w:
+            workloads.append(w)
+    if any(w.startswith("llama") for w in workloads) and not chroot_dir("sid"):
+        log("llama, llama-depth: skipped, the sid chroot is not built "
+            "(scripts/chroot.sh ensure sid)")
+        workloads = [w for w in workloads if not w.startswith("llama")]
     modes = [m for m in opts.modes.split(",") if m]
     with open("/proc/sys/kernel/bpf_stats_enabled") as f:
         stats_before = f.read().strip()

@@ -3,21 +3,26 @@
 work inside the process (time.perf_counter, after a warm-up), so that process start-up,
 imports and model building are not counted. Prints one JSON line per step on stdout.
 
-    bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S]
+    bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S] [--layers N]
                       [--reference-trace OUT [--tail N]] [--sync]
 
 WORKLOAD: small (a ModuleList of 200 nn.Identity called in a loop: the most module calls
 per second one Python thread can make, the worst case for overhead), linear (200 tiny
 nn.Linear), tiny (the reference's tiny transformer, its run() per iteration), llama (an
 HF LlamaForCausalLM built from a small config, one greedy generate per iteration; needs
-transformers: run it in the sid chroot).
+transformers: run it in the sid chroot), llama-depth (an HF LlamaModel of --layers decoder
+layers with tiny widths, one `model(ids)` per iteration: its DynamicCache goes to every
+decoder layer and attention call, the cost that grows with a model's depth; sid chroot).
 
 --sync: print {"ready": PID} and wait for a line on stdin before the warm-up (a tracer
 attaches meanwhile), and after the result wait for another line before exiting (the
 tracer's BPF programs are still loaded then: their run-time counters can be read).
 --duration S: iterate for S seconds instead (--iters ignored), printing RSS-free
 progress lines {"t": seconds, "iters": n} every second (for soak runs).
---reference-trace OUT: run under the reference in-process tracer (evalmetry.debug).
+--reference-trace OUT: run under the reference in-process tracer (evalmetry.debug);
+--numeric: with its numeric mode on. The result has the process's peak RSS
+(getrusage ru_maxrss): the reference's numeric temporaries show there, evmbpf's none.
+big: eight element-wise modules over a 1000x1000 float32 tensor (1M-element activations).
 """
 import argparse
 import json
@@ -29,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "reference"))
 
 
-def build(name, torch):
+def build(name, torch, layers=2):
     nn = torch.nn
     if name in ("small", "linear"):
         class Many(nn.Module):
@@ -45,6 +50,23 @@ def build(name, torch):
 
         model = Many()
         x = torch.randn(1, 4)
+        return model, lambda: model(x)
+    if name == "big":
+        # activations of 1M elements: the reference's numeric temporaries are sized so
+        class Big(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.layers = nn.ModuleList([nn.Tanh(), nn.ReLU(), nn.GELU(), nn.Sigmoid(),
+                                             nn.Softsign(), nn.Hardtanh(), nn.SiLU(),
+                                             nn.Tanh()])
+
+            def forward(self, x):
+                for layer in self.layers:
+                    x = layer(x)
+                return x
+
+        model = Big()
+        x = torch.randn(1000, 1000)
         return model, lambda: model(x)
     if name == "tiny":
         import importlib.util
@@ -68,6 +90,15 @@ def build(name, torch):
             model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False,
                            pad_token_id=0)
         return model, work
+    if name == "llama-depth":
+        from transformers import LlamaConfig, LlamaModel
+        config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                             num_hidden_layers=layers, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=64)
+        model = LlamaModel(config)
+        model.eval()
+        ids = torch.randint(0, 64, (1, 8))
+        return model, lambda: model(ids, use_cache=True)
     sys.exit(f"unknown workload {name!r}")
 
 
@@ -98,13 +129,15 @@ def main():
     ap.add_argument("--duration", type=float)
     ap.add_argument("--reference-trace")
     ap.add_argument("--tail", type=int)
+    ap.add_argument("--numeric", action="store_true", help="the reference with numeric=True")
     ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--layers", type=int, default=2, help="llama-depth: decoder layers")
     args = ap.parse_args()
 
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model, work = build(args.workload, torch)
+    model, work = build(args.workload, torch, args.layers)
     if args.sync:
         emit({"ready": os.getpid()})
         sys.stdin.readline()
@@ -135,15 +168,17 @@ def main():
             from evalmetry.debug import DebugConfig, ModuleTracer
             from run_workload import _shim_old_torch
             _shim_old_torch(torch)
-            config = DebugConfig(enabled=True, tail=args.tail)
+            config = DebugConfig(enabled=True, tail=args.tail, numeric=args.numeric)
             tracer = ModuleTracer(model, config, args.reference_trace)
             with tracer.session():
                 secs, iters = timed()
         else:
             secs, iters = timed()
         calls = count_calls(torch, work)
-    emit({"secs": secs, "iters": iters, "calls_per_iter": calls,
-          "python": sys.version.split()[0], "torch": torch.__version__})
+    import resource
+    emit({"secs": secs, "iters": iters, "warmup": args.warmup, "calls_per_iter": calls,
+          "python": sys.version.split()[0], "torch": torch.__version__,
+          "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
     if args.sync:
         sys.stdin.readline()
 

@@ -35,7 +35,7 @@ def load_table(path):
     sys.exit("check-pyoffsets: no entry for %d in %s" % (V, path))
 
 
-O = load_table(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "user", "pyoffsets.c"))
+O = load_table(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "user", "collector", "pyoffsets.c"))
 
 
 _self_mem = os.open("/proc/self/mem", os.O_RDONLY)

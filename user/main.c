@@ -2,22 +2,30 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <bpf/libbpf.h>
+
+#include "doctor.h"
+#include "dump.h"
+#include "pyre.h"
 #include "readers.h"
 #include "tracer.h"
 #include "util.h"
+#include "version.h"
 
 static const char usage[] =
 	"USAGE\n"
-	"  evmbpf --pid PID --out FILE [--modules REGEX] [--tail N] [-v]\n"
-	"  evmbpf --out FILE [--modules REGEX] [--tail N] [-v] -- COMMAND [ARGS...]\n"
-	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf --pid PID[,PID...] --out FILE [--follow] [--modules REGEX] [--tail N] [-v]\n"
+	"  evmbpf --out FILE [--follow] [--modules REGEX] [--tail N] [-v] -- COMMAND [ARGS...]\n"
+	"  evmbpf summarize TRACE|DIR [TRACE...] [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE]\n"
+	"  evmbpf dump --pid PID [--json]\n"
+	"  evmbpf doctor [--pid PID]\n"
 	"\n"
 	"Traces the torch.nn.Module calls of an unmodified CPython + PyTorch process with\n"
 	"eBPF uprobes and writes the module trace (schema 1.1) that the in-process tracer\n"
@@ -25,13 +33,25 @@ static const char usage[] =
 	"every probe is gone and the target runs on.\n"
 	"\n"
 	"OPTIONS\n"
-	"  -p, --pid PID        attach to a running process (its pid as the host sees it)\n"
+	"  -p, --pid PID        attach to a running process (its pid as the host sees it);\n"
+	"                       repeat it or give a comma-separated list for several\n"
 	"  -o, --out FILE       write the trace here (\"-\" for stdout); created with mode\n"
-	"                       0600, never over an existing file unless --force\n"
+	"                       0600, never over an existing file unless --force. A pattern:\n"
+	"                       %p the pid, %r the rank (RANK, else LOCAL_RANK, of the\n"
+	"                       process's environment; empty without), %% a %; one file a\n"
+	"                       process, so several processes need %p or %r\n"
+	"  -f, --follow         trace every Python process the command (or the --pid targets)\n"
+	"                       starts, at any depth, from its first instruction: exec'd ones\n"
+	"                       and forks that call modules (DataLoader workers)\n"
 	"      --force          overwrite FILE if it exists\n"
-	"  -m, --modules REGEX  trace only modules whose path matches (POSIX extended regex,\n"
-	"                       searched anywhere in the path, like re.search)\n"
+	"  -m, --modules REGEX  trace only modules whose path matches: a Python regular\n"
+	"                       expression, as the in-process tracer's --debug-modules, with\n"
+	"                       re.search on the dotted path (the model itself is <root>)\n"
 	"  -t, --tail N         keep only the last N events in memory and write them at the end\n"
+	"      --numeric        tensor stats (NaN/Inf counts, min/max/mean/std/median) of CPU\n"
+	"                       tensors, read while their thread is held at the call\n"
+	"      --stop-on-nonfinite  at the first module whose output holds a NaN or an Inf:\n"
+	"                       end the trace, stop the target (SIGSTOP), exit 3; implies --numeric\n"
 	"      --ringbuf-mb N   BPF ring buffer size in MiB, a power of two (default 16)\n"
 	"      --phase NAME=[MODULE:]QUALNAME\n"
 	"                       name the phase of a forward by a Python function on the stack\n"
@@ -44,7 +64,9 @@ static const char usage[] =
 	"                       drops) and its own CPU time and peak RSS as JSON to FILE\n"
 	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
 	"                       write no trace (what the kernel alone charges; no --out)\n"
+	"  -q, --quiet          no status line while tracing, no summary line at the end\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
+	"  -V, --version        print evmbpf's version (and libbpf's, and the trace schema's)\n"
 	"  -h, --help           this text\n"
 	"\n"
 	"Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE. Supports CPython 3.9 to 3.14\n"
@@ -53,10 +75,13 @@ static const char usage[] =
 	"EXAMPLES\n"
 	"  sudo evmbpf --pid 1234 --out trace.jsonl        attach; Ctrl-C or the target's exit ends it\n"
 	"  sudo evmbpf --out trace.jsonl -- python3 eval.py  launch and trace from the first call\n"
-	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.[0-9]+$' --tail 5000\n"
+	"  sudo evmbpf -p 1234 -o t.jsonl --modules 'layers\\.\\d+$' --tail 5000\n"
 	"  sudo evmbpf -p 1234 -o t.jsonl --phase model_forward='lm_eval.models.huggingface:HFLM._model_call'\n"
 	"  evmbpf summarize trace.jsonl                    where it stopped, what each module saw\n"
-	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n";
+	"  evmbpf show trace.jsonl --forward 3 --module 'layers\\.0\\.'\n"
+	"  sudo evmbpf dump --pid 1234                     what each thread is running, in modules\n"
+	"  sudo evmbpf doctor --pid 1234                   can it be traced, and if not, why\n"
+	"  evmbpf export trace.jsonl -o trace.json          a timeline for Perfetto / chrome://tracing\n";
 
 static int parse_long(const char *s, const char *what, long min, long max, long *out)
 {
@@ -73,16 +98,24 @@ static int parse_long(const char *s, const char *what, long min, long max, long 
 
 static int is_reader(const char *cmd)
 {
-	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards");
+	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards") ||
+	       !strcmp(cmd, "export");
 }
 
 int main(int argc, char **argv)
 {
 	if (argc > 1 && is_reader(argv[1]))
 		return readers_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "dump"))
+		return dump_main(argc - 1, argv + 1);
+	if (argc > 1 && !strcmp(argv[1], "doctor"))
+		return doctor_main(argc - 1, argv + 1);
+	if (argc == 2 && !strcmp(argv[1], "regex-test"))   /* hidden: the regex tests' aid */
+		return pyre_cli();
 
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
+		{ "follow", no_argument, NULL, 'f' },
 		{ "out", required_argument, NULL, 'o' },
 		{ "modules", required_argument, NULL, 'm' },
 		{ "tail", required_argument, NULL, 't' },
@@ -91,7 +124,11 @@ int main(int argc, char **argv)
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", no_argument, NULL, 'B' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "numeric", no_argument, NULL, 'N' },
+		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -99,12 +136,26 @@ int main(int argc, char **argv)
 	long v;
 	int c;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:vh", longopts, NULL)) != -1) {
+	static pid_t pids[256];
+	opts.pids = pids;
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:fqvVh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'p':
-			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
+			for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
+				if (parse_long(tok, "--pid", 1, INT_MAX, &v))
+					return 2;
+				if (opts.npids == 256) {
+					warnx_("at most 256 --pid");
+					return 2;
+				}
+				pids[opts.npids++] = (pid_t)v;
+			}
+			if (!opts.npids && parse_long(optarg, "--pid", 1, INT_MAX, &v))
 				return 2;
-			opts.pid = (pid_t)v;
+			opts.pid = pids[0];
+			break;
+		case 'f':
+			opts.follow = 1;
 			break;
 		case 'o':
 			if (!*optarg) {
@@ -114,12 +165,16 @@ int main(int argc, char **argv)
 			opts.out = optarg;
 			break;
 		case 'm': {
-			regex_t re;
-			if (!*optarg || regcomp(&re, optarg, REG_EXTENDED | REG_NOSUB)) {
-				warnx_("--modules is not a valid regular expression: '%s'", optarg);
+			char why[512];
+			struct pyre *re = *optarg ? pyre_compile(optarg, why, sizeof(why)) : NULL;
+			if (!re) {
+				if (*optarg)
+					warnx_("--modules %s", why);
+				else
+					warnx_("--modules needs a pattern (leave it out to trace every module)");
 				return 2;
 			}
-			regfree(&re);
+			pyre_free(re);
 			opts.trace.modules = optarg;
 			break;
 		}
@@ -162,9 +217,23 @@ int main(int argc, char **argv)
 		case 'B':
 			opts.probe_floor = 1;
 			break;
+		case 'q':
+			opts.quiet = 1;
+			break;
+		case 'X':
+			opts.trace.stop_on_nonfinite = 1;
+			opts.trace.numeric = 1; /* it implies --numeric */
+			break;
+		case 'N':
+			opts.trace.numeric = 1;
+			break;
 		case 'v':
 			verbose++;
 			break;
+		case 'V':
+			printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
+			       libbpf_major_version(), libbpf_minor_version());
+			return 0;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -189,6 +258,22 @@ int main(int argc, char **argv)
 	if (!opts.pid == !opts.command) {
 		warnx_(opts.pid ? "give either --pid or a command after --, not both"
 				: "give --pid PID, or a command after -- (see evmbpf --help)");
+		return 2;
+	}
+	if (opts.out) {
+		const char *problem = out_pattern_problem(opts.out, opts.follow || opts.npids > 1);
+		if (problem) {
+			warnx_("%s", problem);
+			return 2;
+		}
+	}
+	if (opts.trace.numeric && (opts.follow || opts.npids > 1)) {
+		warnx_("--numeric and --stop-on-nonfinite hold one process's threads: give one --pid, "
+		       "without --follow");
+		return 2;
+	}
+	if (opts.probe_floor && (opts.follow || opts.npids > 1)) {
+		warnx_("--probe-floor takes one --pid, without --follow");
 		return 2;
 	}
 	return tracer_run(&opts);

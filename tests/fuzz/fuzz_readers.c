@@ -1,5 +1,6 @@
 /* libFuzzer harness for the offline readers: the line splitter, the JSON line parser,
- * the event decoder and the summarize / show / forwards logic, on an in-memory trace.
+ * the event decoder and the summarize / show / forwards / export logic, on an in-memory
+ * trace.
  *
  * The first byte picks the command and its options; the rest is the trace file.
  *   make -C tests fuzz FUZZ_SECONDS=600
@@ -9,21 +10,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "reader_cmds.h"
 #include "reader_trace.h"
 
 static FILE *sink;
-static regex_t layers, alternation;
+static struct pyre *layers, *alternation;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	struct rd_buf err = { 0 };
+	char why[256];
 
 	rd_warn_silent = 1;
 	rd_read_chunk = 61;     /* lines split across reads, \r\n split across reads */
 	sink = fopen("/dev/null", "w");
-	if (rd_regex_compile("layers\\.\\d+\\.(?:mlp|attn)$", &layers, &err) < 0 ||
-	    rd_regex_compile("^<root>|guard", &alternation, &err) < 0)
+	layers = pyre_compile("layers\\.\\d+\\.(?:mlp|attn)$", why, sizeof(why));
+	alternation = pyre_compile("^<root>|guard", why, sizeof(why));
+	if (!layers || !alternation)
 		abort();
 	return 0;
 }
@@ -52,10 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		rd_show(in, "fuzz", (mode >> 2) % 4, NULL, NULL, sink);
 		break;
 	case 2:
-		rd_show(in, "fuzz", (mode >> 3) % 4, "re", (mode & 4) ? &layers : &alternation, sink);
+		rd_show(in, "fuzz", (mode >> 3) % 4, "re", (mode & 4) ? layers : alternation, sink);
 		break;
 	default:
-		rd_forwards(in, "fuzz", (mode >> 2) & 1, sink);
+		if (mode & 8)
+			rd_export(in, "fuzz", (mode & 16) ? RD_EXPORT_SPEEDSCOPE : RD_EXPORT_CHROME,
+				  sink);
+		else
+			rd_forwards(in, "fuzz", (mode >> 2) & 1, sink);
 	}
 	fclose(in);
 	free(copy);

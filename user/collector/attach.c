@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hold.h"
 #include "procstate.h"
 #include "util.h"
 
@@ -15,7 +16,7 @@
  * frames instead (struct orphan_list) and says when they are gone, as the exit hooks of
  * a tracer registered at this moment would fire without an entry (`orphan` exits).
  * Read with the target stopped, where stopping it is safe (as for the first call's hold). */
-static void watch_running_modules(struct session *s)
+void watch_running_modules(struct session *s)
 {
 	struct target *t = &s->target;
 	const struct py_offsets *o = t->off;
@@ -83,19 +84,29 @@ int run_attach(const struct tracer_opts *opts)
 {
 	struct session s = { .opts = opts };
 	s.target.root_fd = -1;
+	if (opts->trace.numeric && hold_check(opts->pid))
+		return 1; /* a debugger holds it: said before anything is loaded */
 	if (session_prepare(&s, opts->pid)) {
 		session_detach(&s);
 		if (s.trace.out) {
 			trace_close(&s.trace);
-			if (strcmp(opts->out, "-"))
-				unlink(opts->out);
+			if (strcmp(s.trace.out_path, "-"))
+				unlink(s.trace.out_path);
 		}
 		evmbpf_bpf__destroy(s.skel);
 		return 1;
 	}
 	watch_running_modules(&s);
+	if (session_numeric_start(&s)) {
+		session_finish(&s);
+		if (strcmp(opts->out, "-"))
+			unlink(opts->out);
+		return 1;
+	}
 	session_announce(&s);
 	session_collect(&s, 0);
+	if (s.trace.nonfinite)
+		return session_stop_nonfinite(&s, 0);
 	int rc = session_finish(&s);
 	if (stop_signal)
 		fprintf(stderr, "detached from %d\n", opts->pid);

@@ -6,6 +6,7 @@
 
 #include "evmbpf.h"
 #include "jsonw.h"
+#include "numeric.h"
 #include "pyfmt.h"
 
 static const char *const dtypes[] = {
@@ -357,6 +358,8 @@ static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct b
 	device_name(&dev, t->device_type, t->device_index);
 	jw_cstr(out, dev.data);
 	buf_free(&dev);
+	if (ctx->numeric)
+		numeric_stats(ctx, n, t, dtype, out);
 	buf_putc(out, '}');
 	return 0;
 }
@@ -389,7 +392,11 @@ static int cache_json(struct describe_ctx *ctx, struct node_cursor *c, const str
 		int dtype = -1;
 		if (t->kind == N_TENSOR && payload_len(t) >= sizeof(*tt))
 			dtype = tt->dtype == DTYPE_META ? dtype_from_meta(ctx, tt->dtype_meta) : tt->dtype;
-		if (describe_value(ctx, &one, &desc) == 0 && desc.data &&
+		int numeric = ctx->numeric; /* the reference's cache description has no stats */
+		ctx->numeric = 0;
+		int err = describe_value(ctx, &one, &desc);
+		ctx->numeric = numeric;
+		if (err == 0 && desc.data &&
 		    !strncmp(desc.data, "{\"shape\": ", 10) && dtype_itemsize(dtype)) {
 			/* splice the tensor's keys in: drop its braces */
 			buf_puts(out, ", ");

@@ -14,6 +14,14 @@ struct describe_ctx {
 	int warned_cut;     /* a description was cut short */
 	/* the target's memory, for torch < 1.8 dtypes (TypeMetaData names); may be NULL */
 	const struct pyreader *reader;
+	/* --numeric (user/collector/numeric.c): add the reference's "stats" to tensors;
+	 * `held`: the record's thread is held at the call, its values may be read */
+	int numeric, held;
+	int warned_unheld, warned_cuda, warned_dtype, warned_read, warned_big;
+	/* the first tensor with a NaN or an Inf since the caller cleared `nonfinite` */
+	int nonfinite, nf_dtype;
+	long long nf_nan, nf_posinf, nf_neginf;
+	struct buf nf_shape;  /* its shape as Python prints a list */
 };
 
 struct node_cursor {

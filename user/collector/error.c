@@ -107,9 +107,14 @@ static int lt_svarint(const uint8_t *lt, size_t n, size_t *i)
 
 static int line_from_table(const struct tb_entry *tb)
 {
-	const uint8_t *lt = tb->linetable;
-	size_t n = tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX, i = 0;
-	int line = tb->firstlineno, addr = 0, target = tb->lasti / 2;
+	return trace_line_at(tb->linetable, tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX,
+			     tb->firstlineno, tb->lasti);
+}
+
+int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti)
+{
+	size_t i = 0;
+	int line = firstlineno, addr = 0, target = lasti / 2;
 	while (i < n) {
 		uint8_t b = lt[i++];
 		if (!(b & 0x80))
@@ -164,7 +169,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "phase"), jw_cstr(&b, deepest ? deepest->phase : DEFAULT_PHASE);
 	jw_key(&b, &first, "module"), deepest ? jw_cstr(&b, deepest->mod->path) : jw_null(&b);
 	jw_key(&b, &first, "inspection"), jw_null(&b);
-	jw_key(&b, &first, "detected_at"), jw_null(&b);
+	jw_key(&b, &first, "detected_at"), t->nonfinite ? jw_cstr(&b, t->nonfinite) : jw_null(&b);
 	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
 	jw_key(&b, &first, "samples"), jw_null(&b);
 	jw_key(&b, &first, "batch_rows"), jw_null(&b);
@@ -257,4 +262,17 @@ void trace_finish(struct trace *t, int exit_code)
 	} else {
 		stacks_reconcile_all(t, "session ended");
 	}
+}
+
+void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
+			    const char *message)
+{
+	if (t->ended)
+		return;
+	t->ended = 1;
+	t->nonfinite = xstrdup(culprit);
+	/* raised in the culprit's exit hook, after it returned: the frame still open is its
+	 * parent's; the traceback is the reference tracer's own, which did not run here */
+	write_error(t, "NonFiniteOutput", message, NULL, tid);
+	stacks_reconcile_all(t, "session ended");
 }

@@ -31,7 +31,7 @@ static int on_stop(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-static pid_t spawn_held(char **argv, int *go_fd)
+pid_t spawn_held(char **argv, int *go_fd)
 {
 	int pipefd[2];
 	if (pipe2(pipefd, O_CLOEXEC))
@@ -96,7 +96,7 @@ static int attach_entry_point(struct launch *l, pid_t child)
 	return l->entry ? 0 : -1;
 }
 
-static int exit_code_of(int status)
+int exit_code_of(int status)
 {
 	if (WIFEXITED(status))
 		return WEXITSTATUS(status);
@@ -132,7 +132,7 @@ int run_launch(const struct tracer_opts *opts)
 	l.skel->bss->launch_pid = child;
 	/* the child is stopped at each exec until its probes are placed */
 	if (!watchdog_start(child))
-		watchdog_pending(1);
+		watchdog_hold(child, 1);
 	if (write(go_fd, "g", 1) != 1) {
 		warnx_("cannot start %s", opts->command[0]);
 		goto out;
@@ -171,14 +171,26 @@ int run_launch(const struct tracer_opts *opts)
 		session_detach(&s);
 		if (s.trace.out) {
 			trace_close(&s.trace);
-			unlink(opts->out);
+			unlink(s.trace.out_path);
 		}
 		evmbpf_bpf__destroy(s.skel);
+		goto out;
+	}
+	if (session_numeric_start(&s)) {
+		session_finish(&s);
+		unlink(opts->out);
+		kill(child, SIGKILL);
+		kill(child, SIGCONT);
+		waitpid(child, &status, 0);
 		goto out;
 	}
 	session_announce(&s);
 	kill(child, SIGCONT);
 	session_collect(&s, child);
+	if (s.trace.nonfinite) {
+		rc = session_stop_nonfinite(&s, child);
+		goto out;
+	}
 	if (!s.ended && !stop_signal) {
 		/* the trace could not be written: the command goes on untraced, evmbpf waits
 		 * for it (it is evmbpf's child) and fails */

@@ -13,7 +13,7 @@
 #include "util.h"
 #include "watchdog.h"
 
-int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 {
 	if (level == LIBBPF_DEBUG && verbose < 2)
 		return 0;
@@ -27,16 +27,19 @@ int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 
 /* Known TensorImpl layouts (DESIGN.md); the BPF side picks per tensor the one whose
  * pointer back to the Python object matches, user space checks sizes against numel. */
-static const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
+const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	/* torch 1.13 (2.0 - 2.2 likely) */
 	{ .impl_off = 24, .backptr_off = 64, .sizes_off = 72, .numel_off = 168,
-	  .dtype_off = 176, .device_off = 178, .device_order = 0 },
+	  .dtype_off = 176, .device_off = 178, .device_order = 0, .storage_off = 24,
+	  .sdata_off = 24 },
 	/* torch 2.3 - 2.6 */
 	{ .impl_off = 24, .backptr_off = 56, .sizes_off = 64, .numel_off = 160,
-	  .dtype_off = 168, .device_off = 170, .device_order = 1 },
+	  .dtype_off = 168, .device_off = 170, .device_order = 1, .storage_off = 16,
+	  .sdata_off = 16 },
 	/* torch 2.13 / 2.14 */
 	{ .impl_off = 16, .backptr_off = 48, .sizes_off = 56, .numel_off = 152,
-	  .dtype_off = 160, .device_off = 162, .device_order = 1 },
+	  .dtype_off = 160, .device_off = 162, .device_order = 1, .storage_off = 16,
+	  .sdata_off = 16 },
 	/* torch 1.7 (Debian bullseye): SmallVector sizes_, TypeMeta a TypeMetaData*, measured
 	 * on a [3, 4, 7] float16 view with storage offset 7 */
 	{ .impl_off = 16, .backptr_off = 56, .sizes_off = 64, .numel_off = 200,
@@ -105,6 +108,7 @@ int session_load(struct session *s)
 		}
 	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
+	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */
@@ -121,7 +125,7 @@ int session_load(struct session *s)
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
 	skel->bss->bound_hold = skel->bss->hold_next;
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
-		watchdog_pending(1);
+		watchdog_hold(t->pid, 1);
 	struct bpf_link *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");

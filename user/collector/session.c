@@ -3,6 +3,7 @@
 #include "session.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "bound.h"
+#include "hold.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -55,16 +57,26 @@ int session_record(void *ctx, void *data, size_t size)
 	}
 	if (bound_skip(data, size))
 		return 0;
+	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
+				 ? ((const struct rec_call *)data)->flags
+			 : h->kind == REC_STACK && size >= sizeof(struct rec_stack)
+				 ? ((const struct rec_stack *)data)->flags : 0;
+	/* --numeric: the thread stops at its SIGURG just after this record was written */
+	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	trace_record(&s->trace, data, size);
-	if ((h->kind == REC_ENTER && size >= sizeof(struct rec_call) &&
-	     (((const struct rec_call *)data)->flags & REC_F_HELD)) ||
-	    (h->kind == REC_STACK && size >= sizeof(struct rec_stack) &&
-	     (((const struct rec_stack *)data)->flags & REC_F_HELD))) {
+	s->trace.held = 0;
+	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
+	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
+	if (!(s->trace.records & 1023))
+		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
+	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue_all() */
+	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
 		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
-		watchdog_pending(s->skel->bss->hold_codes); /* rules may hold it again */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* rules may hold it again */
 	}
 	return 0;
 }
@@ -95,6 +107,13 @@ int session_prepare(struct session *s, pid_t pid)
 {
 	if (target_inspect(&s->target, pid))
 		return -1;
+	target_identity(&s->target);
+	if (!s->out && s->opts->out && strchr(s->opts->out, '%')) {
+		/* --out's pattern, for one process */
+		static char out[PATH_MAX];
+		out_expand(s->opts->out, pid, s->target.rank, out, sizeof(out));
+		s->out = out;
+	}
 	if (s->opts->probe_floor)
 		return session_load_floor(s);
 	char nspath[64];
@@ -108,9 +127,68 @@ int session_prepare(struct session *s, pid_t pid)
 		s->target.target_pid_ns_inode = st.st_ino;
 	s->target.ns_pid = target_ns_pid(pid);
 	s->target.root_fd = open(s->target.root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (trace_open(&s->trace, &s->target, s->opts->out, s->opts->force, &s->opts->trace))
+	if (trace_open(&s->trace, &s->target, s->out ? s->out : s->opts->out, s->opts->force,
+		       &s->opts->trace))
 		return -1;
 	return session_load(s);
+}
+
+/* One round of reading: up to timeout_ms for records, into the trace, then whether the
+ * target is still there. 0 go on, 1 stop (the ring buffer or the file failed). */
+int session_step(struct session *s, pid_t child, int timeout_ms)
+{
+	status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
+	int n = s->rb ? ring_buffer__poll(s->rb, timeout_ms)
+		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
+	if (n >= 0 && s->rb) /* records that asked for no wakeup */
+		n = ring_buffer__consume(s->rb);
+	if (hold_active() && !s->trace.nonfinite) {
+		/* stops to pass on; then no thread stays held past its records */
+		hold_pump();
+		if (s->rb)
+			ring_buffer__consume(s->rb);
+		if (!s->trace.nonfinite)
+			hold_continue_all();
+	}
+	if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
+		/* where they were lost: after the records read so far */
+		uint64_t d = s->skel->bss->dropped_records;
+		trace_set_dropped(&s->trace, d - s->dropped_reported);
+		s->dropped_reported = d;
+	}
+	if (n < 0 && n != -EINTR) {
+		warnx_("reading the ring buffer failed: %s", strerror(-n));
+		return 1;
+	}
+	if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
+		s->trace.write_failed = errno ? errno : EIO;
+	if (s->trace.write_failed) {
+		s->trace.write_reported = 1;
+		warnx_("cannot write %s: %s; detaching (the target runs on)", s->trace.out_path,
+		       strerror(s->trace.write_failed));
+		return 1;
+	}
+	if (child > 0) {
+		int status;
+		pid_t w = hold_active() ? (hold_leader_exit(&status) ? child : 0)
+					: waitpid(child, &status, WNOHANG);
+		if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
+			s->ended = 1;
+			s->exit_code = status;
+		}
+	} else if (process_gone(s->target.pid)) {
+		if (s->rb)
+			ring_buffer__consume(s->rb);
+		if (!s->ended) {
+			/* its exit record was dropped (a full ring buffer), or never came */
+			s->ended = 1;
+			s->exit_code = s->skel && s->skel->bss->group_exited
+					       ? s->skel->bss->group_exit_code : 0;
+			debugx("no exit record came from %d; its exit status %#x is the BPF "
+			       "side's", s->target.pid, s->exit_code);
+		}
+	}
+	return 0;
 }
 
 /* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
@@ -120,53 +198,16 @@ void session_collect(struct session *s, pid_t child)
 	 * first records, so that the ring buffer overflows on purpose */
 	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 	long stall_ms = stall ? atol(stall) : 0;
-	while (!s->ended && !stop_signal) {
-		int n = s->rb ? ring_buffer__poll(s->rb, 100) : (usleep(100000), 0);
-		if (n >= 0 && s->rb) /* records that asked for no wakeup */
-			n = ring_buffer__consume(s->rb);
-		if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
-			/* where they were lost: after the records read so far */
-			uint64_t d = s->skel->bss->dropped_records;
-			trace_set_dropped(&s->trace, d - s->dropped_reported);
-			s->dropped_reported = d;
-		}
+	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
+	while (!s->ended && !stop_signal && !s->trace.nonfinite) {
+		if (session_step(s, child, 100))
+			break;
 		if (stall_ms > 0 && s->trace.records > 0) {
 			usleep((useconds_t)stall_ms * 1000);
 			stall_ms = 0;
 		}
-		if (n < 0 && n != -EINTR) {
-			warnx_("reading the ring buffer failed: %s", strerror(-n));
-			break;
-		}
-		if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
-			s->trace.write_failed = errno ? errno : EIO;
-		if (s->trace.write_failed) {
-			s->trace.write_reported = 1;
-			warnx_("cannot write %s: %s; detaching (the target runs on)", s->opts->out,
-			       strerror(s->trace.write_failed));
-			break;
-		}
-		if (child > 0) {
-			int status;
-			pid_t w = waitpid(child, &status, WNOHANG);
-			if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
-				s->ended = 1;
-				s->exit_code = status;
-			}
-		} else if (process_gone(s->target.pid)) {
-			if (s->rb)
-				ring_buffer__consume(s->rb);
-			if (!s->ended) {
-				/* its exit record was dropped (a full ring buffer), or never came */
-				s->ended = 1;
-				s->exit_code = s->skel && s->skel->bss->group_exited
-						       ? s->skel->bss->group_exit_code : 0;
-				debugx("no exit record came from %d; its exit status %#x is the BPF "
-				       "side's", s->target.pid, s->exit_code);
-			}
-		}
 	}
-	if (s->rb)
+	if (s->rb && !s->trace.nonfinite)
 		ring_buffer__consume(s->rb);
 }
 
@@ -206,12 +247,14 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
+	hold_release(0); /* --numeric: every thread runs on, untraced */
 	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
 	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 	int rc = trace_close(&s->trace);
+	status_end(&s->status, &s->trace, dropped);
 	if (verbose && s->skel)
 		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
 		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
@@ -242,9 +285,11 @@ int tracer_run(const struct tracer_opts *opts)
 {
 	if (privileges_check())
 		return 1;
-	libbpf_set_print(libbpf_print);
+	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
-	int rc = opts->command ? run_launch(opts) : run_attach(opts);
+	int rc = opts->follow || opts->npids > 1 ? run_job(opts)
+		 : opts->command			? run_launch(opts)
+							: run_attach(opts);
 	watchdog_stop();
 	return rc;
 }

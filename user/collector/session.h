@@ -12,9 +12,11 @@
 #include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
 #include "evmbpf.skel.h"
 #include "floor.skel.h"
+#include "status.h"
 
 struct session {
 	const struct tracer_opts *opts;
+	const char *out;  /* this process's trace file (--out's pattern expanded), or NULL: opts->out */
 	struct target target;
 	struct trace trace;
 	struct evmbpf_bpf *skel;
@@ -26,6 +28,7 @@ struct session {
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
+	struct status status; /* the status line and the summary line */
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
@@ -39,21 +42,36 @@ void session_announce(struct session *s);
 /* Read records until the target ends or a signal asks to stop. `child` > 0: launch
  * mode's child, reaped here. */
 void session_collect(struct session *s, pid_t child);
+/* One round of session_collect (timeout_ms for records); 1: stop (a failure). */
+int session_step(struct session *s, pid_t child, int timeout_ms);
 /* One ring buffer record (ring_buffer__new's callback; ctx: the session). */
 int session_record(void *ctx, void *data, size_t size);
 /* Detach, write the end of the trace and close it; 0, or -1 when it could not be written. */
 int session_finish(struct session *s);
 
 /* probes.c */
-int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
+int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
 int session_load(struct session *s);
 int session_load_floor(struct session *s);
 void session_detach(struct session *s);
 struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			       uint64_t off, const char *what);
 
-/* attach.c, launch.c: evmbpf's exit status */
+/* numeric_session.c: --numeric's hold, once the probes are placed (-1: refused, said);
+ * --stop-on-nonfinite's end: the target stopped, the trace finished; evmbpf's status 3 */
+int session_numeric_start(struct session *s);
+int session_stop_nonfinite(struct session *s, pid_t child);
+
+/* attach.c, launch.c, job.c (several processes, --follow): evmbpf's exit status */
 int run_attach(const struct tracer_opts *opts);
 int run_launch(const struct tracer_opts *opts);
+int run_job(const struct tracer_opts *opts);
+/* attach.c: the modules running at a --pid attach, watched for their orphan exits */
+void watch_running_modules(struct session *s);
+/* job.c: --out's pattern for one process */
+void out_expand(const char *pattern, pid_t pid, const char *rank, char *buf, size_t size);
+/* launch.c */
+pid_t spawn_held(char **argv, int *go_fd);
+int exit_code_of(int status);
 
 #endif

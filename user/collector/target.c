@@ -470,6 +470,11 @@ int target_inspect(struct target *t, pid_t pid)
 	return -1;
 }
 
+int target_inspect_quiet(struct target *t, pid_t pid)
+{
+	return inspect(t, pid);
+}
+
 /* torch's extension module, .../torch/_C.cpython-*.so, sits beside its version.py
  * (wherever libtorch_python itself lives: Debian puts it in /usr/lib). */
 static int find_torch_lib(void *arg, const struct mapping *m)

@@ -45,16 +45,22 @@ struct target {
 	uint64_t target_pid_ns_inode; /* the target's own pid namespace */
 	int ns_pid;                   /* the target's pid in its own namespace (NSpid's last) */
 	int root_fd;                  /* the target's root directory, kept open: source lines */
+	int ppid;                     /* its parent, when it was inspected */
+	char rank[16];                /* RANK, else LOCAL_RANK, of its environment: digits, or "" */
 };
 
 /* Fill t for a running pid. On failure prints one line naming the problem and what to
  * do about it, and returns -1. */
 int target_inspect(struct target *t, pid_t pid);
+/* The same, saying nothing: t->why says what failed. */
+int target_inspect_quiet(struct target *t, pid_t pid);
 /* Look for torch in the target's mappings; fills torch_version. 1 when found. */
 int target_find_torch(struct target *t);
 /* The pid of a process in its own pid namespace (the last NSpid entry); pid itself
  * when the kernel does not say. */
 int target_ns_pid(pid_t pid);
+/* ppid and rank (job.c). */
+void target_identity(struct target *t);
 /* Is the file mapped in the process an interpreter? (for launch mode: 1 yes, 0 no) */
 int target_is_python(pid_t pid);
 

@@ -10,6 +10,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "modfilter.h"
 
 const char *trace_type_name(void *arg, uint64_t type)
 {
@@ -66,13 +67,8 @@ static int set_root(struct trace *t, uint64_t self)
 		       "only the root is named");
 	}
 	t->root = self;
-	if (t->has_pattern) {
-		for (size_t i = 0; i < t->mods.cap; i++) {
-			struct mod_entry *e = &t->mods.slots[i];
-			if (e->obj)
-				e->traced = regexec(&t->pattern, e->path, 0, NULL, 0) == 0;
-		}
-	}
+	if (t->pattern)
+		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
 		if (t->mods.slots[i].obj)
@@ -105,6 +101,13 @@ static int describe_call(struct trace *t, struct node_cursor *c, struct buf *arg
 }
 
 static void write_orphan(struct trace *t, const struct rec_orphan *r);
+
+/* --numeric: descriptions from here on carry stats (read only from a held thread) */
+static void numeric_describe(struct trace *t, int on)
+{
+	t->dctx->numeric = on;
+	t->dctx->held = t->held;
+}
 
 static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c);
 
@@ -164,13 +167,27 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	if (!mod->traced)
 		return 0;
 
-	struct buf args = {0}, kwargs = {0};
+	struct buf args = {0}, kwargs = {0}, nargs = {0}, nkwargs = {0};
+	struct node_cursor c0 = *c; /* --numeric describes the same nodes again */
 	if (describe_call(t, c, &args, &kwargs))
 		debugx("malformed description in an enter record of %s", mod->path);
 	if (!args.data)
 		buf_puts(&args, "[]");
 	if (!kwargs.data)
 		buf_puts(&kwargs, "{}");
+	if (t->opts.numeric) {
+		/* the same values with their stats: input_numeric's, and the frame's (the
+		 * reference's list gains them in place, so `unwound` and, in tail mode, the
+		 * buffered `enter` carry them; a streamed `enter` was written before) */
+		numeric_describe(t, 1);
+		describe_call(t, &c0, &nargs, &nkwargs);
+		numeric_describe(t, 0);
+		if (!nargs.data)
+			buf_puts(&nargs, "[]");
+		if (!nkwargs.data)
+			buf_puts(&nkwargs, "{}");
+	}
+	int stats_in_enter = t->opts.numeric && t->opts.tail > 0;
 
 	if (s->depth == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 16;
@@ -181,7 +198,7 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	f->raised = 0;
 	f->call_id = ++t->call_id;
 	f->phase = xstrdup(phase_at(t, s, r->marker));
-	f->args = xstrdup(args.data);
+	f->args = xstrdup(t->opts.numeric ? nargs.data : args.data);
 
 	struct buf b = {0};
 	int first = 1;
@@ -193,12 +210,26 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
 	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
 	jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
-	jw_key(&b, &first, "args"), buf_puts(&b, args.data);
-	jw_key(&b, &first, "kwargs"), buf_puts(&b, kwargs.data);
+	jw_key(&b, &first, "args"), buf_puts(&b, stats_in_enter ? nargs.data : args.data);
+	jw_key(&b, &first, "kwargs"), buf_puts(&b, stats_in_enter ? nkwargs.data : kwargs.data);
 	jw_key(&b, &first, "mem"), jw_null(&b);
 	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	if (t->opts.numeric) {
+		struct buf n = {0};
+		first = 1;
+		buf_putc(&n, '{');
+		jw_key(&n, &first, "event"), jw_cstr(&n, "input_numeric");
+		jw_key(&n, &first, "module"), jw_cstr(&n, mod->path);
+		jw_key(&n, &first, "forward"), jw_int(&n, s->forward);
+		jw_key(&n, &first, "call"), jw_int(&n, f->call_id);
+		jw_key(&n, &first, "args"), buf_puts(&n, nargs.data);
+		jw_key(&n, &first, "kwargs"), buf_puts(&n, nkwargs.data);
+		trace_emit(t, &n, r->hdr.tid, r->hdr.ts_ns);
+	}
 	buf_free(&args);
 	buf_free(&kwargs);
+	buf_free(&nargs);
+	buf_free(&nkwargs);
 	return 1;
 }
 
@@ -261,8 +292,11 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	struct thread_stack *s = stack_of(t, r->hdr.tid);
 	struct buf out = {0};
 	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
+	numeric_describe(t, t->opts.numeric);
+	t->dctx->nonfinite = 0;
 	if (describe_value(t->dctx, &c, &out))
 		debugx("malformed description in an exit record of %s", mod->path);
+	numeric_describe(t, 0);
 	struct frame f = {0};
 	int found = stack_pop_to(t, s, mod->path, &f);
 
@@ -283,6 +317,16 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	buf_free(&out);
 	if (found)
 		stack_frame_free(&f);
+	if (t->opts.stop_on_nonfinite && t->dctx->nonfinite) {
+		/* the reference's _check_finite, raised after this exit was written */
+		struct describe_ctx *d = t->dctx;
+		struct buf m = {0};
+		buf_printf(&m, "%s produced a non-finite output: %lld NaN, %lld +Inf, %lld -Inf in "
+			   "a %s %s tensor", mod->path, d->nf_nan, d->nf_posinf, d->nf_neginf,
+			   d->nf_shape.data ? d->nf_shape.data : "[]", dtype_name(d->nf_dtype));
+		trace_finish_nonfinite(t, r->hdr.tid, mod->path, m.data);
+		buf_free(&m);
+	}
 }
 
 static void on_module_type(struct trace *t, const struct rec_module_type *r)
@@ -301,7 +345,7 @@ static void on_module_type(struct trace *t, const struct rec_module_type *r)
 void trace_record(struct trace *t, const void *data, size_t size)
 {
 	const struct rec_hdr *h = data;
-	if (size < sizeof(*h) || h->size > size)
+	if (size < sizeof(*h) || h->size > size || t->nonfinite)
 		return;
 	t->records++;
 	if (h->ts_ns > t->now_ns)

@@ -3,12 +3,12 @@
 #ifndef EVMBPF_TRACE_H
 #define EVMBPF_TRACE_H
 
-#include <regex.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "evmbpf.h"
 #include "modtree.h"
+#include "pyre.h"
 #include "target.h"
 #include "util.h"
 
@@ -44,6 +44,8 @@ struct trace_opts {
 	const char *argv_note;   /* how the tracer was started, for the header */
 	struct phase_rule *rules;
 	size_t nrules;
+	int numeric;             /* --numeric: tensor stats, input_numeric events */
+	int stop_on_nonfinite;   /* --stop-on-nonfinite (implies numeric) */
 };
 
 /* Parse NAME=[MODULE:]QUALNAME; -1 when it is not of that form. */
@@ -53,8 +55,7 @@ struct trace {
 	FILE *out;
 	const char *out_path;
 	struct trace_opts opts;
-	regex_t pattern;
-	int has_pattern;
+	struct pyre *pattern;            /* --modules, or NULL */
 	struct target *target;
 	struct describe_ctx *dctx;
 	int type_map_fd;                 /* the BPF side's type names, or -1 */
@@ -91,6 +92,9 @@ struct trace {
 	struct rec_bound_enter bound;    /* a bound call's entry, described by the next REC_ENTER */
 	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
+	int held;                        /* --numeric: the record being read holds its thread */
+	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
+	                                  * a NaN or an Inf; the trace has ended there */
 };
 
 int trace_open(struct trace *t, struct target *target, const char *path, int force,
@@ -103,6 +107,13 @@ int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first);
 /* A frame's first local as an object: through the cell it is kept in when a closure
  * captures it (3.11+; torch 2's Module._call_impl does that to self). */
 uint64_t trace_first_object(struct trace *t, uint64_t first);
+/* CPython 3.11+: the line of the code unit at byte offset lasti in a code object's
+ * location table (n bytes, lt); -1 when unknown. */
+int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti);
+/* --stop-on-nonfinite: the reference's NonFiniteOutput error at the frame still open
+ * (detected_at: culprit) and the frames unwound as `session ended`; the trace ends. */
+void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
+			    const char *message);
 /* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
 void trace_finish(struct trace *t, int exit_code);
 int trace_close(struct trace *t);

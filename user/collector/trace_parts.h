@@ -6,7 +6,6 @@
 #include "trace.h"
 
 #define DEFAULT_PHASE "other"
-#define TRACER_VERSION "0.1"
 
 /* trace_writer.c: close an event (the reference's "i", then tid and ts_ns when tid is
  * not 0; ts 0: the time of the record being read) and write it; the header, once. */

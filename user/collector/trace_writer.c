@@ -13,6 +13,7 @@
 
 #include "describe.h"
 #include "jsonw.h"
+#include "version.h"
 
 static void write_line(struct trace *t, struct buf *line)
 {
@@ -84,8 +85,8 @@ void trace_header(struct trace *t)
 	buf_putc(&b, '{');
 	jw_key(&b, &c, "enabled"), jw_bool(&b, 1);
 	jw_key(&b, &c, "modules"), jw_cstr(&b, t->opts.modules);
-	jw_key(&b, &c, "numeric"), jw_bool(&b, 0);
-	jw_key(&b, &c, "stop_on_nonfinite"), jw_bool(&b, 0);
+	jw_key(&b, &c, "numeric"), jw_bool(&b, t->opts.numeric);
+	jw_key(&b, &c, "stop_on_nonfinite"), jw_bool(&b, t->opts.stop_on_nonfinite);
 	jw_key(&b, &c, "tail");
 	if (t->opts.tail > 0)
 		jw_int(&b, t->opts.tail);
@@ -106,9 +107,15 @@ void trace_header(struct trace *t)
 	jw_key(&b, &f, "cuda"), jw_bool(&b, 0);
 	buf_printf(&b, ", \"i\": %lld", (long long)++t->seq);
 	/* extension: who wrote this trace, and in which pid namespace its pids and tids are */
-	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" TRACER_VERSION "\"");
+	buf_puts(&b, ", \"tracer\": {\"name\": \"evmbpf\", \"version\": \"" EVMBPF_VERSION "\"");
 	buf_printf(&b, ", \"pid\": %d, \"python\": \"%d.%d\", \"probe\": \"slot_tp_call\"", t->target->pid,
 		   t->target->major, t->target->minor);
+	/* which process of a job: its parent, its rank (RANK, else LOCAL_RANK, or null) */
+	buf_printf(&b, ", \"ppid\": %d, \"rank\": ", t->target->ppid);
+	if (t->target->rank[0])
+		buf_puts(&b, t->target->rank);
+	else
+		buf_puts(&b, "null");
 	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"",
 		   (unsigned long long)t->target->pid_ns_inode);
 	buf_printf(&b, ", \"target_pid_namespace\": %llu, \"target_pid\": %d}",
@@ -142,19 +149,20 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	t->opts = *opts;
 	t->out_path = path;
 	if (opts->modules) {
-		if (regcomp(&t->pattern, opts->modules, REG_EXTENDED | REG_NOSUB)) {
-			warnx_("--modules is not a valid regular expression: %s", opts->modules);
+		char why[512];
+		if (!(t->pattern = pyre_compile(opts->modules, why, sizeof(why)))) {
+			warnx_("--modules %s", why);
 			return -1;
 		}
-		t->has_pattern = 1;
+		debugx("--modules runs as the PCRE2 pattern %s", pyre_pcre2(t->pattern));
 	}
 	if (opts->tail > 0)
 		t->ring = xcalloc((size_t)opts->tail, sizeof(*t->ring));
-	static struct describe_ctx dctx;
-	dctx.type_name = trace_type_name;
-	dctx.arg = t;
-	dctx.reader = &target->reader;
-	t->dctx = &dctx;
+	/* one per trace: several processes are traced at once, each with its own memory */
+	t->dctx = xcalloc(1, sizeof(*t->dctx));
+	t->dctx->type_name = trace_type_name;
+	t->dctx->arg = t;
+	t->dctx->reader = &target->reader;
 
 	struct timespec rt, mono;
 	clock_gettime(CLOCK_REALTIME, &rt);
@@ -235,8 +243,9 @@ int trace_close(struct trace *t)
 	}
 	free(t->threads);
 	free(t->last_exc);
+	free(t->dctx);
+	t->dctx = NULL;
 	modtree_free(&t->mods);
-	if (t->has_pattern)
-		regfree(&t->pattern);
+	pyre_free(t->pattern);
 	return rc;
 }

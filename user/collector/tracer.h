@@ -7,6 +7,9 @@
 
 struct tracer_opts {
 	pid_t pid;              /* --pid, or 0 in launch mode */
+	pid_t *pids;            /* every --pid (pids[0] == pid) */
+	int npids;
+	int follow;             /* --follow: the processes they start are traced too */
 	char **command;         /* launch mode: argv of the command */
 	const char *out;
 	int force;
@@ -14,9 +17,17 @@ struct tracer_opts {
 	struct trace_opts trace;
 	const char *stats;      /* --stats FILE: counters and own rusage as JSON at the end */
 	int probe_floor;        /* --probe-floor: empty probes at the same place, no trace */
+	int quiet;              /* --quiet: no status line, no summary line */
 };
+
+/* Why --out's pattern cannot be used (NULL: it can); `several`: more than one process
+ * may be traced (job.c). */
+const char *out_pattern_problem(const char *pattern, int several);
 
 /* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */
 int tracer_run(const struct tracer_opts *opts);
+
+/* The known TensorImpl layouts (the BPF side's table). */
+extern const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS];
 
 #endif

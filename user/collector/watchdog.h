@@ -6,10 +6,13 @@
 
 #include <sys/types.h>
 
-/* Start watching over `target`. Returns 0, or -1 (evmbpf goes on without it). */
+/* Start watching over `target` (one more process when the watchdog runs already).
+ * Returns 0, or -1 (evmbpf goes on without it). */
 int watchdog_start(pid_t target);
-/* A hold may begin (1) or has ended (0). */
-void watchdog_pending(int pending);
+/* A hold of `target` may begin (1) or has ended (0). */
+void watchdog_hold(pid_t target, int pending);
+/* `target` is no longer evmbpf's to continue (it exited, or its trace ended). */
+void watchdog_forget(pid_t target);
 /* Evmbpf ends normally: the watchdog goes, sending nothing. */
 void watchdog_stop(void);
 

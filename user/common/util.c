@@ -1,15 +1,20 @@
 #include "util.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int verbose;
+void (*diagnostic_hook)(void);
 
 void warnx_(const char *fmt, ...)
 {
 	va_list ap;
+	if (diagnostic_hook)
+		diagnostic_hook();
 	va_start(ap, fmt);
 	fputs("evmbpf: ", stderr);
 	vfprintf(stderr, fmt, ap);
@@ -22,6 +27,8 @@ void debugx(const char *fmt, ...)
 	if (!verbose)
 		return;
 	va_list ap;
+	if (diagnostic_hook)
+		diagnostic_hook();
 	va_start(ap, fmt);
 	fputs("evmbpf: ", stderr);
 	vfprintf(stderr, fmt, ap);
@@ -125,4 +132,17 @@ void buf_free(struct buf *b)
 	free(b->data);
 	b->data = NULL;
 	b->len = b->cap = 0;
+}
+
+int parse_pid(const char *text, pid_t *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(text, &end, 10);
+	if (!*text || *end || errno || v < 1 || v > INT_MAX) {
+		warnx_("--pid must be a whole number from 1 to %d, not '%s'", INT_MAX, text);
+		return -1;
+	}
+	*out = (pid_t)v;
+	return 0;
 }

@@ -2,6 +2,7 @@
 #ifndef EVMBPF_UTIL_H
 #define EVMBPF_UTIL_H
 
+#include <sys/types.h>
 #include <stddef.h>
 #include <stdbool.h>
 
@@ -10,6 +11,8 @@ extern int verbose;
 /* "evmbpf: ..." on stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void debugx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Called before each diagnostic, when set (the collector's status line clears itself). */
+extern void (*diagnostic_hook)(void);
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
@@ -26,5 +29,8 @@ void buf_put(struct buf *b, const char *s, size_t n);
 void buf_puts(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_free(struct buf *b);
+
+/* --pid's value: a whole number from 1 to INT_MAX; -1 (said on stderr) otherwise. */
+int parse_pid(const char *text, pid_t *out);
 
 #endif

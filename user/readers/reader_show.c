@@ -172,11 +172,11 @@ static int read_passes(struct show *s)
 
 /* ---- the listing ---- */
 
-static int matches(const regex_t *re, const cJSON *ev)
+static int matches(const struct pyre *re, const cJSON *ev)
 {
 	const cJSON *module = pyv_get(ev, "module");
 
-	return pyv_kind(module) == PYV_STR && rd_regex_search(re, module->valuestring);
+	return pyv_kind(module) == PYV_STR && pyre_search(re, module->valuestring, strlen(module->valuestring)) == 1;
 }
 
 /* int(n) if n.isdigit() else -1, compared without overflow */
@@ -200,7 +200,7 @@ static int layer_cmp(const void *a, const void *b)
 }
 
 /* The distinct m.split(".")[2] of matched model.layers.* modules, sorted. */
-static size_t layers(struct show *s, const regex_t *re, char ***out)
+static size_t layers(struct show *s, const struct pyre *re, char ***out)
 {
 	char **v = NULL;
 	size_t n = 0;
@@ -231,7 +231,7 @@ static size_t layers(struct show *s, const regex_t *re, char ***out)
 	return n;
 }
 
-static void print_note(struct show *s, const char *module, const regex_t *re, FILE *out)
+static void print_note(struct show *s, const char *module, const struct pyre *re, FILE *out)
 {
 	struct rd_buf b = { 0 };
 	char **depths;
@@ -339,7 +339,7 @@ static void print_entry(struct show *s, const cJSON *ev, FILE *out)
 	rd_buf_free(&b);
 }
 
-static void print_forward(struct show *s, const char *module, const regex_t *re, FILE *out)
+static void print_forward(struct show *s, const char *module, const struct pyre *re, FILE *out)
 {
 	size_t shown = 0;
 
@@ -392,7 +392,7 @@ static void show_free(struct show *s)
 }
 
 int rd_show(FILE *in, const char *file, long long forward, const char *module,
-	    const regex_t *re, FILE *out)
+	    const struct pyre *re, FILE *out)
 {
 	struct show s;
 	int rc = 0;

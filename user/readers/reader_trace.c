@@ -153,17 +153,38 @@ static int blank(const char *s, size_t len)
 	return 1;
 }
 
+/* The corrupt lines past the first RD_WARN_NAMED, as one count: a damaged file of a
+ * million bad lines says so in one line, not a million. */
+static void report_unnamed(struct rd_trace *t)
+{
+	if (!t->unnamed)
+		return;
+	if (!t->quiet)
+		rd_warn("%s: and %lld more corrupt line%s (lines %lld to %lld); skipped them and "
+			"read the rest", t->path, t->unnamed, t->unnamed == 1 ? "" : "s",
+			t->unnamed_first, t->unnamed_last);
+	t->unnamed = 0;
+}
+
 static void report_pending(struct rd_trace *t, int at_end)
 {
 	if (!t->pending)
 		return;
-	if (!t->quiet) {
-		if (at_end && t->pending_cut)
+	if (at_end && t->pending_cut) {
+		report_unnamed(t);
+		if (!t->quiet)
 			rd_warn("%s:%lld: the last line is incomplete, cut off mid-write (%s); "
 				"skipped it and read the rest", t->path, t->pending, t->pending_why);
-		else
+	} else if (t->named < RD_WARN_NAMED) {
+		t->named++;
+		if (!t->quiet)
 			rd_warn("%s:%lld: corrupt line (%s); skipped it and read the rest",
 				t->path, t->pending, t->pending_why);
+	} else {
+		if (!t->unnamed)
+			t->unnamed_first = t->pending;
+		t->unnamed++;
+		t->unnamed_last = t->pending;
 	}
 	t->pending = 0;
 }
@@ -307,6 +328,7 @@ int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 		return 1;
 	}
 	report_pending(t, 1);
+	report_unnamed(t);
 	if (t->lines.error) {
 		rd_warn("%s: read error after line %lld: %s", t->path, t->lines.lineno,
 			strerror(errno ? errno : EIO));
@@ -327,6 +349,7 @@ int rd_trace_rewind(struct rd_trace *t)
 	t->quiet = 1;
 	t->events = 0;
 	t->pending = 0;
+	t->unnamed = 0;
 	return 0;
 }
 

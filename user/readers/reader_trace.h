@@ -2,8 +2,9 @@
  *
  * Lines are split as Python's text mode splits them (\n, \r and \r\n), blank lines
  * (Python's str.isspace) are skipped, and every other line must be one JSON object.
- * A line that is not is reported on stderr with its number and skipped; a refused
- * last line without a newline is reported as cut off mid-write. Nothing but the
+ * A line that is not is skipped, and reported on stderr with its number (the first
+ * RD_WARN_NAMED of them; the rest in one count at the end); a refused last line
+ * without a newline is reported as cut off mid-write. Nothing but the
  * current line is held, so a trace of any size reads in constant memory.
  */
 #ifndef EVMBPF_READER_TRACE_H
@@ -17,6 +18,9 @@
 
 /* Bytes read at a time (1 MiB); fuzzers make it small to split lines across reads. */
 extern size_t rd_read_chunk;
+
+/* Corrupt lines named one by one on stderr; the rest are counted in one line. */
+#define RD_WARN_NAMED 5
 
 /* Longest line read; a longer one is skipped as corrupt. */
 #define RD_LINE_MAX (256u << 20)
@@ -86,6 +90,10 @@ struct rd_trace {
 	long long pending;      /* a refused line not yet reported (it may be the last) */
 	int pending_cut;
 	char pending_why[112];
+	long long named;        /* corrupt lines reported by number */
+	long long unnamed;      /* and those past RD_WARN_NAMED, not yet counted out */
+	long long unnamed_first;
+	long long unnamed_last;
 	uint64_t off;           /* where the event last returned lies in the file */
 	size_t len;
 	long long lineno;

@@ -1,15 +1,18 @@
-/* evmbpf summarize | show | forwards: read a trace after the fact, no root needed.
+/* evmbpf summarize | show | forwards | export: read a trace after the fact, no root
+ * needed.
  *
  * Argument parsing and finding the trace file; the work is in reader_summary.c,
- * reader_show.c and reader_forwards.c. Output is the reference reader's text
- * (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
+ * reader_show.c, reader_forwards.c and export.c. The first three print the reference
+ * reader's text (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
 #include "readers.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "reader_cmds.h"
+#include "reader_job.h"
 #include "reader_trace.h"
 
 #define EXIT_USAGE 2
@@ -22,30 +25,47 @@ struct opts {
 	int have_forward;
 	const char *module;
 	int json;
+	enum rd_export_format format;
+	const char *output;
+	int force;
 	int help;
+	char *traces[256]; /* summarize: every TRACE given (a job's, reader_job.c) */
+	int ntraces;
 };
 
 static const char usage_text[] =
 	"USAGE:\n"
-	"  evmbpf summarize TRACE [--tail N]\n"
+	"  evmbpf summarize TRACE|DIR [TRACE...] [--tail N]\n"
 	"  evmbpf show TRACE --forward N [--module REGEX]\n"
 	"  evmbpf forwards TRACE [--json]\n"
+	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE [--force]]\n"
 	"\n"
 	"TRACE is a trace .jsonl file, or a run directory holding debug/*.jsonl\n"
 	"(debug/trace.jsonl first).\n"
 	"\n"
 	"  summarize   how far the run got, where it stopped, and on whose behalf\n"
 	"    -n, --tail N        module events listed before the failure (default 10)\n"
+	"                a job's traces (several TRACEs, or a DIR of them): a line a process,\n"
+	"                the one that failed first, where each other was when it ended\n"
 	"  show        every module one forward ran, with what went in and out\n"
 	"    -f, --forward N     the forward to show (see `evmbpf forwards`)\n"
 	"    -m, --module REGEX  only modules matching this Python regular expression\n"
 	"  forwards    the forwards in the trace: number, modules, phase, documents\n"
 	"    --json              as JSON, one object a forward\n"
+	"  export      the trace as a timeline: one slice a module call, per thread\n"
+	"    --format chrome     Trace Event JSON, for Perfetto (ui.perfetto.dev) and\n"
+	"                        chrome://tracing (the default)\n"
+	"    --format speedscope speedscope's evented format (speedscope.app, or the\n"
+	"                        `speedscope` npm package)\n"
+	"    -o, --output FILE   write it here (mode 0600) instead of to stdout; never over\n"
+	"                        an existing file unless --force\n"
 	"\n"
 	"EXAMPLES:\n"
 	"  evmbpf summarize run/debug/trace.jsonl\n"
 	"  evmbpf show run --forward 3 --module 'layers\\.0\\.'\n"
-	"  evmbpf forwards run --json\n";
+	"  evmbpf forwards run --json\n"
+	"  evmbpf export run/debug/trace.jsonl -o trace.json          then open it in Perfetto\n"
+	"  evmbpf export trace.jsonl --format speedscope -o trace.speedscope.json\n";
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -95,6 +115,17 @@ static int parse_option(struct opts *o, int argc, char **argv, int *i)
 		o->module = v;
 	} else if (strcmp(argv[*i], "--json") == 0 && strcmp(o->cmd, "forwards") == 0) {
 		o->json = 1;
+	} else if ((v = value_of(argc, argv, i, "--format", NULL)) &&
+		   strcmp(o->cmd, "export") == 0) {
+		if (rd_export_format_of(v, &o->format) < 0)
+			return usage_error("--format is chrome or speedscope, not '%s'", v);
+	} else if ((v = value_of(argc, argv, i, "--output", "-o")) &&
+		   strcmp(o->cmd, "export") == 0) {
+		if (!*v)
+			return usage_error("%s", "--output wants a file name (or - for stdout)");
+		o->output = v;
+	} else if (strcmp(argv[*i], "--force") == 0 && strcmp(o->cmd, "export") == 0) {
+		o->force = 1;
 	} else if (strcmp(argv[*i], "-h") == 0 || strcmp(argv[*i], "--help") == 0) {
 		o->help = 1;
 	} else {
@@ -118,9 +149,12 @@ static int parse_args(struct opts *o, int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--") == 0 && i + 1 < argc)
 			i++;
-		if (o->trace)
+		if (o->trace && strcmp(o->cmd, "summarize") != 0)
 			return usage_error("one TRACE only; '%s' is a second one", argv[i]);
-		o->trace = argv[i];
+		if (!o->trace)
+			o->trace = argv[i];
+		if (o->ntraces < (int)(sizeof(o->traces) / sizeof(o->traces[0])))
+			o->traces[o->ntraces++] = argv[i];
 	}
 	if (o->help)
 		return 0;
@@ -134,24 +168,24 @@ static int parse_args(struct opts *o, int argc, char **argv)
 
 static int run(const struct opts *o, FILE *in, const char *file)
 {
-	regex_t re;
-	struct rd_buf why = { 0 };
+	struct pyre *re;
+	char why[512];
 	int rc;
 
 	if (strcmp(o->cmd, "summarize") == 0)
 		return rd_summarize(in, file, o->trace, o->tail, stdout);
 	if (strcmp(o->cmd, "forwards") == 0)
 		return rd_forwards(in, file, o->json, stdout);
+	if (strcmp(o->cmd, "export") == 0)
+		return rd_export_to(in, file, o->format, o->output, o->force);
 	if (!o->module || !*o->module)
 		return rd_show(in, file, o->forward, o->module, NULL, stdout);
-	if (rd_regex_compile(o->module, &re, &why) < 0) {
-		rd_warn("--module '%s' is not a regular expression evmbpf can use: %s",
-			o->module, rd_buf_str(&why));
-		rd_buf_free(&why);
+	if (!(re = pyre_compile(o->module, why, sizeof(why)))) {
+		rd_warn("--module %s", why);
 		return EXIT_USAGE;
 	}
-	rc = rd_show(in, file, o->forward, o->module, &re, stdout);
-	rd_regex_free(&re);
+	rc = rd_show(in, file, o->forward, o->module, re, stdout);
+	pyre_free(re);
 	return rc;
 }
 
@@ -173,6 +207,11 @@ int readers_main(int argc, char **argv)
 	/* a testing knob: small reads split lines (and \r\n) across reads */
 	if (getenv("EVMBPF_READ_CHUNK"))
 		rd_read_chunk = (size_t)strtoul(getenv("EVMBPF_READ_CHUNK"), NULL, 10);
+	if (strcmp(o.cmd, "summarize") == 0) { /* a job's traces (reader_job.c) */
+		rc = rd_job_main(o.traces, o.ntraces, o.tail);
+		if (rc >= 0)
+			return rc;
+	}
 	file = rd_resolve_trace(o.trace, &err);
 	if (!file) {
 		fprintf(stderr, "%s\n", err);

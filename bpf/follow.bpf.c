@@ -1,0 +1,107 @@
+// SPDX-License-Identifier: GPL-2.0
+/* --follow: every process a followed process starts is followed too, at any depth.
+ *
+ * A followed process that execs is stopped there (SIGSTOP) and again at the new image's
+ * entry point, where its libraries are mapped and no Python has run, so that user space
+ * places its probes before the first Python instruction (as launch.bpf.c does for the
+ * command). A traced Python that forks without exec (a DataLoader worker, the fork start
+ * method) has a child with the same memory and no probes: uprobes attached to a pid do
+ * not follow fork. The child is stopped before its first instruction
+ * (bpf_send_signal_task from the fork tracepoint, which runs in the parent) until its own
+ * probes are placed. A vfork child shares its parent's memory, and execs or exits at
+ * once: it is never stopped. Nothing of the target is read or written here. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "follow.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
+				__u64 value) __ksym __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* FOLLOWED | FOLLOWED_PYTHON */
+} followed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 16);
+} follow_events SEC(".maps");
+
+__u64 follow_dropped = 0;
+
+static __always_inline void report(__u32 kind, __u32 pid, __u32 tid, __u32 why, __s32 code)
+{
+	struct follow_rec *r = bpf_ringbuf_reserve(&follow_events, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&follow_dropped, 1);
+		return;
+	}
+	r->hdr.kind = kind;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = pid;
+	r->hdr.tid = tid;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->why = why;
+	r->exit_code = code;
+	bpf_ringbuf_submit(r, 0);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	if (ptgid == ctgid)
+		return 0; /* a thread */
+	__u32 *v = bpf_map_lookup_elem(&followed, &ptgid);
+	if (!v)
+		return 0;
+	__u32 flags = FOLLOWED;
+	bpf_map_update_elem(&followed, &ctgid, &flags, BPF_ANY);
+	__u32 held = 0;
+	if ((*v & FOLLOWED_PYTHON) && child->mm != parent->mm && bpf_send_signal_task &&
+	    !bpf_send_signal_task(child, 19 /* SIGSTOP */, PIDTYPE_TGID, 0))
+		held = 1;
+	report(FOLLOW_FORK, ctgid, ptgid, held, 0);
+	return 0;
+}
+
+static __always_inline int stop_here(__u32 why)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 *v = bpf_map_lookup_elem(&followed, &tgid);
+	if (!v)
+		return 0;
+	if (why == 1)
+		*v = FOLLOWED; /* a new program: traced again only once user space says so */
+	bpf_send_signal(19 /* SIGSTOP */);
+	report(FOLLOW_STOPPED, tgid, (__u32)bpf_get_current_pid_tgid(), why, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(follow_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	return stop_here(1);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(follow_entry)
+{
+	return stop_here(2);
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(follow_exit, struct task_struct *p, bool group_dead)
+{
+	__u32 tgid = p->tgid;
+	if (!group_dead || !bpf_map_lookup_elem(&followed, &tgid))
+		return 0;
+	bpf_map_delete_elem(&followed, &tgid);
+	report(FOLLOW_EXIT, tgid, p->pid, 0, p->exit_code);
+	return 0;
+}

@@ -1,0 +1,25 @@
+/* --follow: the records bpf/follow.bpf.c sends the collector about the processes a
+ * launched command (or a --pid target) starts. Shared by bpf/ and user/. */
+#ifndef EVMBPF_FOLLOW_H
+#define EVMBPF_FOLLOW_H
+
+#include "evmbpf.h"
+
+enum follow_kind {
+	FOLLOW_FORK = 40,  /* a followed process forked: hdr.pid the child, hdr.tid the parent */
+	FOLLOW_STOPPED,    /* a followed process was stopped at its exec (why 1) or its entry
+			    * point (why 2) */
+	FOLLOW_EXIT,       /* a followed process's last thread exited */
+};
+
+/* followed map values */
+#define FOLLOWED 1u        /* a descendant: its execs stop it until user space has looked */
+#define FOLLOWED_PYTHON 2u /* traced Python: its forks (not vfork) are held for their probes */
+
+struct follow_rec {
+	struct rec_hdr hdr;
+	__u32 why;         /* FOLLOW_STOPPED: 1 exec, 2 entry point; FOLLOW_FORK: 1 held */
+	__s32 exit_code;   /* FOLLOW_EXIT: wait(2) encoding */
+};
+
+#endif

@@ -1,0 +1,139 @@
+"""evmbpf doctor: one line per check, ✓ / ✗ / ·, exit 0 only when a trace would work —
+checked against what a trace of the same process then does."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from evmbpf_testlib import EVMBPF, HOST_PYTHON, load
+from test_dump import MIDFORWARD, host_target, paused
+
+pytestmark = pytest.mark.root
+
+
+def doctor(*args, prefix=()):
+    return subprocess.run([*prefix, EVMBPF, "doctor", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def checks(stdout):
+    """{name: (mark, text)} of the check lines: the name is what comes before ':'."""
+    out = {}
+    for line in stdout.splitlines():
+        mark, text = line.split(" ", 1)
+        assert mark in ("✓", "✗", "·"), line
+        out[text.split(":", 1)[0]] = (mark, text)
+    return out
+
+
+def test_doctor_host_target_then_a_trace_works(evmbpf, tmp_path):
+    """On the host's Python paused in a forward: every check passes, the tensor layout
+    validates on one of the model's parameters, and a trace attached next works."""
+    target = host_target(tmp_path)
+    with paused(target, MIDFORWARD, tmp_path, ("--phase", "evaluation")) as pid:
+        r = doctor("--pid", str(pid))
+        out = str(tmp_path / "t.jsonl")
+        tracer = subprocess.Popen([EVMBPF, "--pid", str(pid), "--out", out],
+                                  stderr=subprocess.PIPE, text=True)
+        line = tracer.stderr.readline()
+        assert line.startswith("attached to"), line
+        (tmp_path / "resume").touch()
+    assert tracer.wait(timeout=60) == 0
+    assert [e["module"] for e in load(out) if e["event"] == "enter"][:3] == [
+        "layers.2", "layers.3", "head"]
+    assert r.returncode == 0, r.stdout + r.stderr
+    c = checks(r.stdout)
+    assert not [v for v in c.values() if v[0] == "✗"]
+    for name in ("kernel", "BTF", "uprobes", "privileges", "BPF", "slot_tp_call", "hold"):
+        assert c[name][0] == "✓", c[name]
+    assert c["Python 3.11.2, a release build with the GIL, linked into /usr/bin/python3.11"]
+    assert any(k.startswith("torch 1.13") and v[0] == "✓" for k, v in c.items())
+    mark, text = c["tensor layout"]
+    assert mark == "✓" and "validates on a parameter of the running model" in text, text
+    assert '"dtype": "float32", "device": "cpu"}' in text
+    assert c["phase markers"] == ("✓", "phase markers: followed (evalmetry's phase(); "
+                                       "evalmetry.debug is imported)")
+    assert c["CUDA"][0] == "·"
+
+
+def test_doctor_machine_only(evmbpf):
+    r = doctor()
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert set(checks(r.stdout)) >= {"kernel", "BTF", "uprobes", "privileges", "BPF"}
+
+
+def test_doctor_not_python_and_no_process(evmbpf):
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        r = doctor("--pid", str(sleeper.pid))
+    finally:
+        sleeper.kill()
+    assert r.returncode == 1
+    bad = [t for m, t in checks(r.stdout).values() if m == "✗"]
+    assert len(bad) == 1 and "is not a Python interpreter" in bad[0], r.stdout
+    assert r.stderr.strip() == "evmbpf: 1 check failed: a trace would not work (see the ✗ line)"
+    r = doctor("--pid", "4194000")
+    assert r.returncode == 1
+    bad = [t for m, t in checks(r.stdout).values() if m == "✗"]
+    assert bad == ["process 4194000: there is no such process; check the pid (as the host "
+                   "sees it: `ps -e`)"]
+    r = doctor("--pid", "nope")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1
+
+
+def test_doctor_without_capabilities(evmbpf):
+    """As nobody without capabilities: the privilege line says which are missing, the
+    BPF checks cannot be made, the exit status is 1 — as the tracer refuses then."""
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              "--inh-caps=-all", "--ambient-caps=-all"]
+    r = doctor(prefix=prefix)
+    assert r.returncode == 1, r.stdout
+    c = checks(r.stdout)
+    mark, text = c["privileges"]
+    assert mark == "✗" and "missing CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE, " \
+        "CAP_KILL" in text and "sudo" in text, text
+    assert c["BPF"][0] == "✗"
+    tracer = subprocess.run([*prefix, EVMBPF, "--pid", str(os.getpid()), "--out", "/dev/null"],
+                            capture_output=True, text=True)
+    assert tracer.returncode != 0 and "CAP_BPF" in tracer.stderr
+
+
+# the set the README documents; the other (the tracer attaches: slow) with EVMBPF_FULL_MATRIX=1
+CAP_SETS = [["bpf", "perfmon", "sys_ptrace"]] + (
+    [["sys_admin", "sys_ptrace"]] if os.environ.get("EVMBPF_FULL_MATRIX") else [])
+
+
+@pytest.mark.parametrize("caps", CAP_SETS, ids=["+".join(c) for c in CAP_SETS])
+def test_doctor_agrees_with_the_tracer(evmbpf, caps):
+    """As nobody with a capability set that may be enough: doctor's verdict (exit status,
+    its uprobe events line) is what the tracer then does on a process of nobody's —
+    CAP_BPF + CAP_PERFMON are documented as enough, and some kernels still refuse
+    uprobes without CAP_SYS_ADMIN."""
+    spec = ",".join("+" + c for c in caps)
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+              f"--inh-caps={spec}", f"--ambient-caps={spec}"]
+    r = doctor(prefix=prefix)
+    c = checks(r.stdout)
+    assert c["privileges"][0] == "✓", r.stdout
+    target = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               HOST_PYTHON, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        tracer = subprocess.Popen([*prefix, EVMBPF, "--pid", str(target.pid), "--out", "-"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        first = tracer.stderr.readline()
+        if tracer.poll() is None or first.startswith("attached to"):
+            tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=30)
+    finally:
+        target.kill()
+        target.wait()
+    if r.returncode == 0:
+        assert c["uprobe events"][0] == "✓"
+        assert first.startswith("attached to"), first
+    else:
+        assert c["uprobe events"][0] == "✗", r.stdout
+        assert "allows uprobes only with CAP_SYS_ADMIN" in c["uprobe events"][1]
+        assert "allows uprobes only with CAP_SYS_ADMIN" in first, first

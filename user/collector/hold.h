@@ -1,0 +1,26 @@
+/* --numeric's hold: the target's threads PTRACE_SEIZEd, so that a thread that signals
+ * itself SIGURG at a probe (bpf/hold.bpf.h) stops alone until its values are read. */
+#ifndef EVMBPF_HOLD_H
+#define EVMBPF_HOLD_H
+
+#include <sys/types.h>
+
+/* Seize every thread of pid (and, through PTRACE_O_TRACECLONE, those it starts). -1 with
+ * a one-line message: a debugger is attached, the target catches SIGURG, no permission. */
+int hold_start(pid_t pid);
+/* hold_start's refusals, checked before anything is loaded: -1 (said) or 0 */
+int hold_check(pid_t pid);
+int hold_active(void);
+/* Until tid is stopped at its SIGURG: 0; -1 when it is gone or evmbpf is asked to stop. */
+int hold_wait(pid_t tid);
+/* Handle what the threads reported (stops to pass on, new threads), without blocking. */
+void hold_pump(void);
+/* Continue every thread stopped at its SIGURG, the signal suppressed. */
+void hold_continue_all(void);
+/* The thread group leader's wait(2) status once it has exited: 1, else 0. */
+int hold_leader_exit(int *status);
+/* Detach from every thread; those stopped at SIGURG run on (SIGSTOP first, with
+ * stop_target, so that the target stops where it is). */
+void hold_release(int stop_target);
+
+#endif

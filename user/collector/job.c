@@ -1,0 +1,496 @@
+/* Several processes at once: every --pid given, and with --follow every Python process
+ * the command (or a --pid target) starts, at any depth. Each process has its own session
+ * (its own programs, filled with its own addresses, its own ring buffer and trace file),
+ * so that its trace is exactly what a trace of it alone would be; one loop reads them all
+ * (one epoll over every ring buffer). bpf/follow.bpf.c tells it of new processes and holds
+ * them until their probes are placed. */
+#include "session.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "elfsym.h"
+#include "follow.h"
+#include "follow.skel.h"
+#include "procstate.h"
+#include "util.h"
+#include "watchdog.h"
+
+#define JOB_MAX 256
+#define PENDING_MAX 64
+
+struct proc {
+	struct session s;
+	char out[PATH_MAX];
+	int forked;  /* forked without exec: its trace is kept only if it called modules */
+	int live;
+};
+
+struct job {
+	const struct tracer_opts *opts;
+	struct proc *procs[JOB_MAX];
+	int n, traced, failed;
+	int ep;
+	struct follow_bpf *fskel;
+	struct ring_buffer *frb;
+	struct bpf_link *flinks[3];
+	struct {
+		pid_t pid;
+		struct bpf_link *entry; /* its entry point's probe, between exec and entry */
+	} pending[PENDING_MAX];
+	pid_t child;       /* launch mode: the command */
+	int child_status, child_done;
+};
+
+/* ---- who a process is: its parent and its rank ---- */
+
+static void proc_identity(pid_t pid, int *ppid, char rank[16])
+{
+	char path[64], line[1024];
+	*ppid = 0;
+	rank[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		if (p)
+			sscanf(p + 2, "%*c %d", ppid);
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	static char env[1 << 20];
+	ssize_t n = read(fd, env, sizeof(env) - 1);
+	close(fd);
+	if (n <= 0)
+		return;
+	env[n] = 0;
+	char local[16] = "";
+	for (char *e = env; e < env + n; e += strlen(e) + 1) {
+		const char *v = !strncmp(e, "RANK=", 5) ? e + 5 : !strncmp(e, "LOCAL_RANK=", 11) ? e + 11 : NULL;
+		if (!v || !*v || strlen(v) > 9 || strspn(v, "0123456789") != strlen(v))
+			continue;
+		snprintf(e[0] == 'R' ? rank : local, 16, "%s", v);
+	}
+	if (!rank[0])
+		memcpy(rank, local, 16);
+}
+
+void target_identity(struct target *t)
+{
+	proc_identity(t->pid, &t->ppid, t->rank);
+}
+
+/* ---- --out patterns ---- */
+
+const char *out_pattern_problem(const char *pattern, int several)
+{
+	int names = 0;
+	for (const char *p = pattern; *p; p++) {
+		if (*p != '%')
+			continue;
+		p++;
+		if (*p == 'p' || *p == 'r')
+			names = 1;
+		else if (*p != '%')
+			return "--out takes %p (pid), %r (rank) and %% in its pattern, nothing else "
+			       "after a %";
+	}
+	if (several && !strcmp(pattern, "-"))
+		return "several processes cannot share stdout: give --out a pattern with %p or "
+		       "%r, e.g. --out 'trace-%r-%p.jsonl'";
+	if (several && !names)
+		return "several processes are traced: --out needs %p (pid) or %r (rank) so that "
+		       "each has its own file, e.g. --out 'trace-%r-%p.jsonl'";
+	return NULL;
+}
+
+void out_expand(const char *pattern, pid_t pid, const char *rank, char *buf, size_t size)
+{
+	size_t k = 0;
+	for (const char *p = pattern; *p && k + 16 < size; p++) {
+		if (*p != '%') {
+			buf[k++] = *p;
+			continue;
+		}
+		p++;
+		if (*p == 'p')
+			k += (size_t)snprintf(buf + k, size - k, "%d", pid);
+		else if (*p == 'r')
+			k += (size_t)snprintf(buf + k, size - k, "%s", rank);
+		else if (*p == '%')
+			buf[k++] = '%';
+		else if (!*p)
+			break;
+	}
+	buf[k] = 0;
+}
+
+/* ---- one process ---- */
+
+static void proc_abandon(struct proc *p)
+{
+	session_detach(&p->s);
+	if (p->s.trace.out) {
+		trace_close(&p->s.trace);
+		if (strcmp(p->out, "-"))
+			unlink(p->out);
+	}
+	ring_buffer__free(p->s.rb);
+	evmbpf_bpf__destroy(p->s.skel);
+	if (p->s.target.root_fd > 0)
+		close(p->s.target.root_fd);
+	free(p);
+}
+
+/* Inspect, open its trace, load and attach; the process stands stopped or is continued
+ * by the caller. NULL when it cannot be traced (said in one line). */
+static struct proc *proc_start(struct job *j, pid_t pid, int forked)
+{
+	if (j->n == JOB_MAX) {
+		warnx_("more than %d processes: %d is not traced", JOB_MAX, pid);
+		return NULL;
+	}
+	struct proc *p = xcalloc(1, sizeof(*p));
+	p->s.opts = j->opts;
+	p->s.target.root_fd = -1;
+	p->forked = forked;
+	int ppid;
+	char rank[16];
+	proc_identity(pid, &ppid, rank);
+	out_expand(j->opts->out ? j->opts->out : "-", pid, rank, p->out, sizeof(p->out));
+	p->s.out = p->out;
+	if (session_prepare(&p->s, pid)) {
+		proc_abandon(p);
+		return NULL;
+	}
+	if (p->s.rb) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(p->s.rb), &ev);
+	}
+	/* a summary line a process at its end; no live line (several would fight over it) */
+	status_start(&p->s.status, j->opts->quiet, p->out);
+	p->s.status.live = 0;
+	p->live = 1;
+	j->procs[j->n++] = p;
+	j->traced++;
+	if (j->fskel) {
+		uint32_t v = FOLLOWED | FOLLOWED_PYTHON, key = (uint32_t)pid;
+		bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
+				     BPF_ANY);
+	}
+	return p;
+}
+
+static void proc_end(struct proc *p)
+{
+	if (!p->live)
+		return;
+	p->live = 0;
+	int called = p->s.trace.call_id > 0;
+	int rc = session_finish(&p->s);
+	watchdog_forget(p->s.target.pid);
+	if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
+		unlink(p->out); /* a worker, or a program that exec'd, that called no module */
+		debugx("%d called no module: no trace", p->s.target.pid);
+	} else if (!rc) {
+		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	}
+	if (p->s.execed)
+		debugx("%d exec'd another program: its trace ends there", p->s.target.pid);
+}
+
+static struct proc *live_proc(struct job *j, pid_t pid)
+{
+	for (int i = 0; i < j->n; i++)
+		if (j->procs[i]->live && j->procs[i]->s.target.pid == pid)
+			return j->procs[i];
+	return NULL;
+}
+
+/* ---- --follow ---- */
+
+static int pending_slot(struct job *j, pid_t pid, int add)
+{
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (j->pending[i].pid == pid)
+			return i;
+	for (int i = 0; add && i < PENDING_MAX; i++)
+		if (!j->pending[i].pid) {
+			j->pending[i].pid = pid;
+			return i;
+		}
+	return -1;
+}
+
+static void pending_drop(struct job *j, pid_t pid)
+{
+	int i = pending_slot(j, pid, 0);
+	if (i < 0)
+		return;
+	bpf_link__destroy(j->pending[i].entry);
+	j->pending[i].entry = NULL;
+	j->pending[i].pid = 0;
+}
+
+static void resume(pid_t pid)
+{
+	kill(pid, SIGCONT);
+	watchdog_hold(pid, 0);
+}
+
+/* A followed process at its new image's entry point (or exec'd, where that point could
+ * not be probed): a Python gets its session, anything else runs on, still followed. */
+static void follow_look(struct job *j, pid_t pid)
+{
+	pending_drop(j, pid);
+	if (target_is_python(pid)) {
+		struct proc *p = proc_start(j, pid, 0);
+		if (p)
+			session_announce(&p->s);
+		else
+			j->failed = 1;
+	} else {
+		debugx("%d is not Python: followed, not traced", pid);
+	}
+	resume(pid);
+}
+
+static int on_follow(void *ctx, void *data, size_t size)
+{
+	struct job *j = ctx;
+	const struct follow_rec *r = data;
+	if (size < sizeof(*r))
+		return 0;
+	pid_t pid = (pid_t)r->hdr.pid;
+	switch (r->hdr.kind) {
+	case FOLLOW_FORK:
+		debugx("%d forked %d%s", (int)r->hdr.tid, pid, r->why ? " (held for its probes)" : "");
+		if (!r->why)
+			break;
+		watchdog_start(pid);
+		watchdog_hold(pid, 1);
+		/* the fork of a traced Python: the same interpreter at the same addresses */
+		struct proc *p = proc_start(j, pid, 1);
+		if (p)
+			debugx("tracing %d, forked by %d", pid, (int)r->hdr.tid);
+		resume(pid);
+		break;
+	case FOLLOW_STOPPED: {
+		watchdog_start(pid);
+		watchdog_hold(pid, 1);
+		struct proc *old = live_proc(j, pid);
+		if (old) { /* a traced process exec'd: its trace ends */
+			session_step(&old->s, 0, 0);
+			old->s.ended = old->s.execed = 1;
+			old->s.exit_code = -1;
+			proc_end(old);
+		}
+		if (r->why == 2) {
+			follow_look(j, pid);
+			break;
+		}
+		/* exec'd: stop again at the entry point, where its libraries are mapped */
+		char exe[64];
+		uint64_t off;
+		snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
+		struct elf_file *f = elf_file_open(exe);
+		int i = pending_slot(j, pid, 1);
+		if (i < 0 || !f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off) ||
+		    !(j->pending[i].entry = attach_uprobe(j->fskel->progs.follow_entry, 0, pid, exe,
+							   off, "the entry point"))) {
+			elf_file_close(f);
+			debugx("cannot probe the entry point of %d; looking at it now", pid);
+			follow_look(j, pid);
+			break;
+		}
+		elf_file_close(f);
+		resume(pid);
+		break;
+	}
+	case FOLLOW_EXIT:
+		pending_drop(j, pid);
+		if (pid == j->child)
+			debugx("the command %d exited", pid);
+		break;
+	}
+	return 0;
+}
+
+static int follow_load(struct job *j)
+{
+	j->fskel = follow_bpf__open_and_load();
+	if (!j->fskel) {
+		warnx_("cannot load the BPF programs of --follow: %s (run with -v for details)",
+		       strerror(errno));
+		return -1;
+	}
+	struct bpf_program *progs[3] = { j->fskel->progs.follow_fork, j->fskel->progs.follow_exec,
+					 j->fskel->progs.follow_exit };
+	for (int i = 0; i < 3; i++) {
+		j->flinks[i] = bpf_program__attach(progs[i]);
+		if (!j->flinks[i]) {
+			warnx_("cannot attach --follow's %s: %s", bpf_program__name(progs[i]),
+			       strerror(errno));
+			return -1;
+		}
+	}
+	j->frb = ring_buffer__new(bpf_map__fd(j->fskel->maps.follow_events), on_follow, j, NULL);
+	if (!j->frb) {
+		warnx_("cannot open the ring buffer: %s", strerror(errno));
+		return -1;
+	}
+	struct epoll_event ev = { .events = EPOLLIN };
+	epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(j->frb), &ev);
+	return 0;
+}
+
+static void follow_unload(struct job *j)
+{
+	for (int i = 0; i < 3; i++)
+		bpf_link__destroy(j->flinks[i]);
+	/* a process held between its exec and its entry point runs on untraced */
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (j->pending[i].pid) {
+			pid_t pid = j->pending[i].pid;
+			pending_drop(j, pid);
+			resume(pid);
+		}
+	ring_buffer__free(j->frb);
+	follow_bpf__destroy(j->fskel);
+}
+
+/* ---- the loop ---- */
+
+static int live_count(struct job *j)
+{
+	int n = 0;
+	for (int i = 0; i < j->n; i++)
+		n += j->procs[i]->live;
+	return n;
+}
+
+static int pending_count(struct job *j)
+{
+	int n = 0;
+	for (int i = 0; i < PENDING_MAX; i++)
+		n += j->pending[i].pid != 0;
+	return n;
+}
+
+static void job_loop(struct job *j)
+{
+	struct epoll_event evs[16];
+	while (!stop_signal) {
+		epoll_wait(j->ep, evs, 16, 100);
+		if (j->frb)
+			ring_buffer__consume(j->frb);
+		for (int i = 0; i < j->n; i++) {
+			struct proc *p = j->procs[i];
+			if (!p->live)
+				continue;
+			if (session_step(&p->s, 0, 0)) {
+				j->failed = 1;
+				proc_end(p);
+			} else if (p->s.ended) {
+				proc_end(p);
+			}
+		}
+		if (j->child > 0 && !j->child_done) {
+			int status;
+			if (waitpid(j->child, &status, WNOHANG) == j->child &&
+			    (WIFEXITED(status) || WIFSIGNALED(status))) {
+				j->child_done = 1;
+				j->child_status = status;
+			}
+		}
+		if ((j->child <= 0 || j->child_done) && !live_count(j) && !pending_count(j)) {
+			if (j->frb)
+				ring_buffer__consume(j->frb);
+			if (!live_count(j) && !pending_count(j))
+				break;
+		}
+	}
+}
+
+int run_job(const struct tracer_opts *opts)
+{
+	struct job j = { .opts = opts, .ep = epoll_create1(EPOLL_CLOEXEC) };
+	int go_fd = -1, rc = 1;
+	if (j.ep < 0) {
+		warnx_("epoll_create1: %s", strerror(errno));
+		return 1;
+	}
+	if (opts->follow && follow_load(&j))
+		goto out;
+	if (opts->command) {
+		j.child = spawn_held(opts->command, &go_fd);
+		if (j.child < 0) {
+			warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
+			goto out;
+		}
+		uint32_t v = FOLLOWED, key = (uint32_t)j.child;
+		bpf_map__update_elem(j.fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
+				     BPF_ANY);
+		if (!watchdog_start(j.child))
+			watchdog_hold(j.child, 1);
+		if (write(go_fd, "g", 1) != 1) {
+			warnx_("cannot start %s", opts->command[0]);
+			goto out;
+		}
+		close(go_fd);
+	} else {
+		for (int i = 0; i < opts->npids; i++) {
+			struct proc *p = proc_start(&j, opts->pids[i], 0);
+			if (!p) {
+				for (int k = 0; k < j.n; k++)
+					j.procs[k]->live = 0, proc_abandon(j.procs[k]);
+				j.n = 0;
+				goto out;
+			}
+			watch_running_modules(&p->s);
+			session_announce(&p->s);
+		}
+	}
+	job_loop(&j);
+	if (j.fskel)
+		follow_unload(&j), j.fskel = NULL;
+	int detached = 0;
+	for (int i = 0; i < j.n; i++) {
+		detached += j.procs[i]->live;
+		proc_end(j.procs[i]);
+	}
+	if (stop_signal && detached)
+		fprintf(stderr, "detached from %d process%s; they run on\n", detached,
+			detached > 1 ? "es" : "");
+	if (opts->command) {
+		if (!j.child_done && !stop_signal) {
+			while (waitpid(j.child, &j.child_status, 0) < 0 && errno == EINTR && !stop_signal)
+				;
+			j.child_done = !stop_signal;
+		}
+		if (!j.traced && j.child_done)
+			warnx_("%s exited (status %d) and started no Python; nothing traced",
+			       opts->command[0], exit_code_of(j.child_status));
+		rc = stop_signal ? 0 : j.failed ? 1 : exit_code_of(j.child_status);
+	} else {
+		rc = j.failed ? 1 : 0;
+	}
+out:
+	if (j.fskel)
+		follow_unload(&j);
+	for (int i = 0; i < j.n; i++)
+		free(j.procs[i]);
+	close(j.ep);
+	return rc;
+}

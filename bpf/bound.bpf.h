@@ -41,6 +41,8 @@ static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
 __u32 bound_hold = 0;
+/* CPython 3.9/3.10: a bound call was seen (and said) */
+__u32 bound_old_said = 0;
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -71,6 +73,7 @@ static __noinline int is_call_code(__u64 code)
 
 struct bound_walk {
 	__u64 frame;
+	__u64 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
 	__u64 stop;   /* the open call's frame: reaching it, that call is still running */
 	__u64 found;  /* the outermost Module.__call__ frame */
 	__u32 hit_stop;
@@ -85,7 +88,7 @@ static long bound_step(__u64 index, void *ctx)
 		w->hit_stop = 1;
 		return 1;
 	}
-	if (is_call_code(unref(rd64(w->frame + pyo.iframe_code))))
+	if (is_call_code(unref(rd64(w->frame + w->code_at))))
 		w->found = w->frame;
 	w->frame = rd64(w->frame + pyo.frame_back);
 	return 0;
@@ -173,11 +176,25 @@ static __always_inline void bound_enter_record(__u64 self)
  * function: the verifier checks it once, not inside each caller's paths. */
 __noinline int check_bound(void)
 {
-	if (!cfg.runtime || pyo.version < 311)
+	if (!cfg.runtime)
 		return 0;
+	if (pyo.version < 311) {
+		/* not followed: said once (user space), then not looked for again */
+		if (bound_old_said)
+			return 0;
+		struct bound_walk o = { .frame = tstate_frame(current_tstate()),
+					.code_at = pyo.frameobj_code };
+		bpf_loop(BOUND_WALK_MAX, bound_step, &o, 0);
+		if (o.found) {
+			bound_old_said = 1;
+			bound_site_record(0, 0, 0, 0, BOUND_SITE_F_OLD << 8);
+		}
+		return 0;
+	}
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
-	struct bound_walk w = { .frame = tstate_frame(current_tstate()) };
+	struct bound_walk w = { .frame = tstate_frame(current_tstate()),
+				.code_at = pyo.iframe_code };
 	if (st && st->open)
 		w.stop = st->frame;
 	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);

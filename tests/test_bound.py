@@ -10,6 +10,7 @@ import pytest
 
 from evmbpf_testlib import (OWN_WORKLOADS, Attached, chroot_ensure, chroot_target,
                             compare_traces, load, run_launch, run_reference, torch_major)
+from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
 
@@ -51,6 +52,18 @@ def test_host_pid(evmbpf, shape, tmp_path):
     compare_traces(load(ref), load(out), kwargs=KWARGS)
 
 
+def test_host_numeric(evmbpf, tmp_path):
+    """--numeric: a bound call's args and its output (read at the watchpoint, the thread
+    held there) carry the reference's stats."""
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert run_reference(workload("kwargs"), ref, extra=["--numeric"]).returncode == 0
+    result = run_launch(workload("kwargs"), out, evmbpf_args=["--numeric"])
+    assert result.returncode == 0, result.stderr
+    got = load(out)
+    assert sum(e["event"] == "forward" for e in got) >= 5
+    compare_numeric(load(ref), got, kwargs=KWARGS)
+
+
 CHROOT_CELLS = [("sid", "raises")] + [
     pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
     for c in ("trixie", "sid") for s in SHAPES if (c, s) != ("sid", "raises")]
@@ -69,3 +82,52 @@ def test_chroot_launch(evmbpf, chroot, shape, tmp_path):
     result = target.launch(workload(shape), out)
     assert result.returncode == 0, result.stderr
     compare_traces(load(ref), load(out), kwargs=target.kwargs)
+
+
+GENERATE_CELLS = [("launch", "hf_llama_generate")] + [
+    pytest.param(m, w, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
+    for m, w in (("pid", "hf_llama_generate"), ("launch", "hf_gpt2_generate"),
+                 ("pid", "hf_gpt2_generate"))]
+
+
+@pytest.mark.parametrize("mode,name", GENERATE_CELLS)
+def test_sid_generate(evmbpf, mode, name, tmp_path):
+    """transformers 5's greedy generate() for a batch of two with an attention mask: every
+    decoding step after the prefill is a bound call; the whole trace equals the
+    reference's."""
+    error = chroot_ensure("sid")
+    if error:
+        pytest.fail(f"cannot build the sid chroot: {error}")
+    target = chroot_target("sid").with_outdir(tmp_path)
+    path = os.path.join(OWN_WORKLOADS, name + ".py")
+    ref = os.path.join(target.outdir, "ref.jsonl")
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.reference(path, ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if mode == "launch":
+        result = target.launch(path, out)
+        assert result.returncode == 0, result.stderr
+    else:
+        run = target.attached(path, out)
+        run.release()
+        run.finish()
+        assert run.tracer_rc == 0, run.tracer_err
+    got = load(out)
+    assert sum(e["event"] == "forward" for e in got) == 4  # the prefill and 3 steps
+    compare_traces(load(ref), got, kwargs=True)
+
+
+def test_bullseye_said_once(evmbpf, tmp_path):
+    """CPython 3.9 (bullseye, torch 1.7): a bound call is not followed; evmbpf says so
+    once on stderr, and traces the modules it calls."""
+    error = chroot_ensure("bullseye")
+    if error:
+        pytest.fail(f"cannot build the bullseye chroot: {error}")
+    target = chroot_target("bullseye").with_outdir(tmp_path)
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.launch(workload("positional"), out)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("on CPython 3.9/3.10 such a call is not traced") == 1, \
+        result.stderr
+    got = load(out)
+    assert any(e["event"] == "enter" and e["module"] == "block" for e in got)

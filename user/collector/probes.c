@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <bpf/bpf.h>
 
 #include "bound.h"
 #include "privileges.h"
@@ -119,6 +120,12 @@ int session_load(struct session *s)
 		       "bpf_loop and uprobes: Linux 5.17 or later; run with -v for the verifier's log)",
 		       strerror(-err));
 		return -1;
+	}
+	if (verbose) { /* the verifier's count, against its limit of 1M (-v) */
+		struct bpf_prog_info info = {0};
+		uint32_t len = sizeof(info);
+		if (!bpf_obj_get_info_by_fd(bpf_program__fd(skel->progs.call_enter), &info, &len))
+			debugx("call_enter: %u instructions verified", info.verified_insns);
 	}
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);

@@ -399,11 +399,7 @@ int doctor_main(int argc, char **argv)
 			fputs(doctor_usage, stdout);
 			return 0;
 		default:
-			if (c == ':')
-				warnx_("%s needs a value (see evmbpf doctor --help)", argv[optind - 1]);
-			else
-				warnx_("unknown option '%s' (see evmbpf doctor --help)", argv[optind - 1]);
-			return 2;
+			return bad_option("doctor", c, argv);
 		}
 	}
 	if (optind < argc) {

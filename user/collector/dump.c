@@ -1150,11 +1150,7 @@ int dump_main(int argc, char **argv)
 			fputs(dump_usage, stdout);
 			return 0;
 		default:
-			if (c == ':')
-				warnx_("%s needs a value (see evmbpf dump --help)", argv[optind - 1]);
-			else
-				warnx_("unknown option '%s' (see evmbpf dump --help)", argv[optind - 1]);
-			return 2;
+			return bad_option("dump", c, argv);
 		}
 	}
 	if (optind < argc) {

@@ -1,5 +1,7 @@
 #include "util.h"
 
+#include <unistd.h>
+
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -145,4 +147,13 @@ int parse_pid(const char *text, pid_t *out)
 	}
 	*out = (pid_t)v;
 	return 0;
+}
+
+int bad_option(const char *cmd, int c, char *const argv[])
+{
+	if (c == ':')
+		warnx_("%s needs a value (see evmbpf %s --help)", argv[optind - 1], cmd);
+	else
+		warnx_("unknown option '%s' (see evmbpf %s --help)", argv[optind - 1], cmd);
+	return 2;
 }

@@ -33,4 +33,8 @@ void buf_free(struct buf *b);
 /* --pid's value: a whole number from 1 to INT_MAX; -1 (said on stderr) otherwise. */
 int parse_pid(const char *text, pid_t *out);
 
+/* A subcommand's getopt_long() returned `c` ('?' or ':'; opterr = 0 and ":" first in
+ * the option string): said on stderr; returns 2, the exit status of a bad command line. */
+int bad_option(const char *cmd, int c, char *const argv[]);
+
 #endif

@@ -11,7 +11,7 @@
  * This file holds the programs only; what they call is in the headers, one concern
  * each, in the order they build on each other: state (configuration, counters, the ring
  * buffer, reads), types, calls, values, attrs, kvcache, describe, markers, frames,
- * orphans, exceptions, cudamem. */
+ * orphans, exceptions, cudamem, bound. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -31,6 +31,7 @@
 #include "orphans.bpf.h"
 #include "exceptions.bpf.h"
 #include "cudamem.bpf.h"
+#include "bound.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -65,6 +66,12 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
 	check_orphans();
+	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	struct bound_thread *bound = NULL;
+	if ((!open || !open->n) && !orphans_pending && check_bound()) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		bound = bpf_map_lookup_elem(&bound_threads, &tid);
+	}
 	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.runtime))
 		report_stack(!hold_next);
 	cudamem_emit();
@@ -84,6 +91,14 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	}
 	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
 	push(s, W_ONE, (__u64)args, ROOT_DEPTH);
+	if (bound) { /* described first: the bound call that encloses this one */
+		__u64 bargs = bound->args, bkwargs = bound->kwargs;
+		r->flags |= REC_F_BOUND;
+		asm volatile("" ::: "memory"); /* nstack re-read: the verifier bounds it again */
+		push(s, W_ONE, bkwargs, ROOT_DEPTH);
+		asm volatile("" ::: "memory");
+		push(s, W_ONE, bargs, ROOT_DEPTH);
+	}
 	describe(s);
 	if (s->nstack)
 		s->flags |= REC_F_TRUNCATED;
@@ -129,6 +144,13 @@ int BPF_KRETPROBE(call_exit, void *ret)
 	}
 	finish(s);
 	return 0;
+}
+
+/* A hardware watchpoint on a bound Module.__call__'s call site (bound.bpf.h) */
+SEC("perf_event")
+int bound_trap(struct bpf_perf_event_data *ctx)
+{
+	return bound_hit(ctx->addr);
 }
 
 /* PyErr_Display(type, value, tb): an exception reached the top level. Called from

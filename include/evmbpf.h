@@ -40,6 +40,9 @@ enum rec_kind {
 	REC_TENSOR_BYTES = 13, /* --numeric: a small CPU tensor's bytes, for the call record after it */
 	REC_MEM = 24,      /* CUDA allocator counters of the thread's device, just before its
 			    * next ENTER (or its EXCEPTION) record */
+	REC_BOUND_SITE = 20, /* a new call site of a bound Module.__call__: watch it (bound.c) */
+	REC_BOUND_ENTER = 21, /* a module called through its bound __call__ is running: the next
+			       * REC_ENTER of the thread (REC_F_BOUND) describes its args first */
 };
 
 struct rec_hdr {
@@ -64,6 +67,8 @@ struct rec_call {
 #define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
 #define REC_F_WANT_HOLD 8u  /* --numeric: the record describes CPU tensor values to read (BPF side only) */
 #define REC_F_PTRACE 16u    /* --numeric: this thread was held here (SIGURG, seen by evmbpf's ptrace) */
+#define REC_F_BOUND 32u     /* enter: the nodes start with the args and kwargs of the bound call
+			     * of REC_BOUND_ENTER; exit: the return of such a call (a watchpoint) */
 
 /* CUDA memory (bpf/cudamem.bpf.h): DeviceStats of c10's caching allocator, the values
  * torch.cuda.memory_stats_as_nested_dict() gives for the thread's current device. */
@@ -244,6 +249,45 @@ struct rec_orphan {
 	__u64 marker;
 };
 
+/* Modules called through a bound __call__ (`step = model.__call__; step(**kw)`, as
+ * transformers' generate() calls its model) pass through no slot_tp_call. The frame walk
+ * at an outermost module call finds their Module.__call__ frame; the caller's call
+ * instruction and the one after it (the resume point) get a hardware watchpoint each on
+ * that thread (user space: perf_event_open), whose BPF program sees the call begin and
+ * return. Per thread, keyed by tid; user space sets a site's state. */
+#define BOUND_SITES 2 /* call + return watchpoints each: x86 has 4 debug registers */
+#define BOUND_ARMED 1
+#define BOUND_FAILED 2
+struct bound_thread {
+	__u64 frame;  /* the open call's Module.__call__ frame, or 0 */
+	__u64 self;
+	__u64 caller; /* the frame that called it, current again at its return */
+	__u64 slot;   /* where the caller's value stack receives the result */
+	__u64 next;   /* the resume instruction being watched */
+	__u64 args, kwargs; /* its args tuple and kwargs dict, for the record that describes them */
+	__u32 open;
+	__u32 nsites;
+	__u64 call_at[BOUND_SITES]; /* a site's call instruction (its opcode byte) */
+	__u64 next_at[BOUND_SITES]; /* and the instruction after the call */
+	__u8 state[BOUND_SITES];    /* 0 just found, BOUND_ARMED, BOUND_FAILED */
+	__u8 full_said;
+	__u8 pad[5];
+};
+struct rec_bound_enter {
+	struct rec_hdr hdr;
+	__u64 self;
+	__u64 marker;
+};
+#define BOUND_SITE_F_FULL 1u /* every watchpoint of the thread is in use: not watched */
+#define BOUND_SITE_F_OLD 2u  /* CPython 3.9/3.10: a bound call seen, not followed */
+struct rec_bound_site {
+	struct rec_hdr hdr;
+	__u64 call_at;
+	__u64 next_at;
+	__u64 code;   /* the caller's code object */
+	__u32 flags;  /* REC_F_HELD, BOUND_SITE_F_FULL << 8 */
+	__u32 pad;
+};
 struct rec_module_type {
 	struct rec_hdr hdr;
 	__u64 type;

@@ -123,17 +123,10 @@ def versions(target):
 # ---------------------------------------------------------------- chroots
 
 def comparable_part(workload, ref, got):
-    """transformers 5's generate() runs its decoding steps as `model_forward(...)` with
-    model_forward = model.__call__, a bound method: that call does not pass through
-    slot_tp_call, so evmbpf does not see those roots (a known limit, README). Compare
-    up to the second forward of generate() (the first forward, generate's prefill), and
-    the modules inside the rest."""
-    if not workload.startswith("hf_"):
-        return ref, got
-    cut = next((i for i, e in enumerate(ref) if e.get("event") == "forward" and
-                e.get("forward") == 3), len(ref))
-    return ref[:cut], got[:cut]
-
+    """The whole trace: transformers 5's generate() runs its decoding steps as
+    `model_forward(...)` with model_forward = model.__call__, a bound method, which
+    evmbpf follows too (bpf/bound.bpf.h)."""
+    return ref, got
 
 
 @pytest.mark.parametrize("chroot,workload", cells("launch"))

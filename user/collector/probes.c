@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
+#include <bpf/bpf.h>
 
+#include "bound.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -140,9 +142,16 @@ int session_load(struct session *s)
 		       strerror(-err));
 		return -1;
 	}
+	if (verbose) { /* the verifier's count, against its limit of 1M (-v) */
+		struct bpf_prog_info info = {0};
+		uint32_t len = sizeof(info);
+		if (!bpf_obj_get_info_by_fd(bpf_program__fd(skel->progs.call_enter), &info, &len))
+			debugx("call_enter: %u instructions verified", info.verified_insns);
+	}
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
+	skel->bss->bound_hold = skel->bss->hold_next;
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
 		watchdog_hold(t->pid, 1);
 	struct bpf_link *l;
@@ -202,6 +211,7 @@ void session_detach(struct session *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
+	bound_detach(); /* after the entry probe that finds bound calls */
 }
 
 /* --probe-floor: empty programs where call_enter/call_exit go; no trace. */

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bound.h"
 #include "hold.h"
 #include "privileges.h"
 #include "procstate.h"
@@ -54,6 +55,12 @@ int session_record(void *ctx, void *data, size_t size)
 		}
 		return 0;
 	}
+	if (h->kind == REC_BOUND_SITE && size >= sizeof(struct rec_bound_site)) {
+		bound_site(s, data);
+		return 0;
+	}
+	if (bound_skip(data, size))
+		return 0;
 	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
 				 ? ((const struct rec_call *)data)->flags
 			 : h->kind == REC_STACK && size >= sizeof(struct rec_stack)

@@ -93,13 +93,12 @@ static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts, const char
 	trace_emit(t, &b, tid, ts);
 }
 
-static int describe_call(struct trace *t, const struct rec_call *r, size_t size,
-			 struct buf *args, struct buf *kwargs)
+static int describe_call(struct trace *t, struct node_cursor *c, struct buf *args,
+			 struct buf *kwargs)
 {
-	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
-	int err = describe_args(t->dctx, &c, args);
+	int err = describe_args(t->dctx, c, args);
 	if (!err)
-		err = describe_kwargs(t->dctx, &c, kwargs);
+		err = describe_kwargs(t->dctx, c, kwargs);
 	return err;
 }
 
@@ -112,7 +111,32 @@ static void numeric_describe(struct trace *t, int on)
 	t->dctx->held = t->held;
 }
 
+static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c);
+
+/* A module call's record; REC_F_BOUND: the bound call announced before it encloses it,
+ * and its args and kwargs come first. */
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
+{
+	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
+	if ((r->flags & REC_F_BOUND) && t->bound.hdr.tid == r->hdr.tid && t->bound.self) {
+		struct rec_call outer = *r;
+		outer.hdr.ts_ns = t->bound.hdr.ts_ns;
+		outer.self = t->bound.self;
+		outer.marker = t->bound.marker;
+		outer.flags = r->flags & ~(REC_F_BOUND | REC_F_HELD);
+		t->bound.self = 0;
+		if (!enter_module(t, &outer, &c)) { /* not traced: its nodes are skipped */
+			struct buf args = {0}, kwargs = {0};
+			describe_call(t, &c, &args, &kwargs);
+			buf_free(&args);
+			buf_free(&kwargs);
+		}
+	}
+	enter_module(t, r, &c);
+}
+
+/* 1: its args and kwargs were read from c */
+static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c)
 {
 	struct thread_stack *s = stack_of(t, r->hdr.tid);
 	if (!t->root && s->depth == 0) {
@@ -140,13 +164,14 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 		if (!t->unknown_modules++ || verbose > 1)
 			debugx("a module outside the model was called (%#lx): not traced",
 			       (unsigned long)r->self);
-		return;
+		return 0;
 	}
 	if (!mod->traced)
-		return;
+		return 0;
 
 	struct buf args = {0}, kwargs = {0}, nargs = {0}, nkwargs = {0};
-	if (describe_call(t, r, size, &args, &kwargs))
+	struct node_cursor c0 = *c; /* --numeric describes the same nodes again */
+	if (describe_call(t, c, &args, &kwargs))
 		debugx("malformed description in an enter record of %s", mod->path);
 	if (!args.data)
 		buf_puts(&args, "[]");
@@ -157,7 +182,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 		 * reference's list gains them in place, so `unwound` and, in tail mode, the
 		 * buffered `enter` carry them; a streamed `enter` was written before) */
 		numeric_describe(t, 1);
-		describe_call(t, r, size, &nargs, &nkwargs);
+		describe_call(t, &c0, &nargs, &nkwargs);
 		numeric_describe(t, 0);
 		if (!nargs.data)
 			buf_puts(&nargs, "[]");
@@ -209,6 +234,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	buf_free(&kwargs);
 	buf_free(&nargs);
 	buf_free(&nkwargs);
+	return 1;
 }
 
 /* A module running when evmbpf attached has returned: the exit hook of a tracer
@@ -353,6 +379,10 @@ void trace_record(struct trace *t, const void *data, size_t size)
 		if (!t->last_exc)
 			t->last_exc = xmalloc(sizeof(*t->last_exc));
 		memcpy(t->last_exc, data, sizeof(*t->last_exc));
+		break;
+	case REC_BOUND_ENTER:
+		if (size >= sizeof(struct rec_bound_enter))
+			memcpy(&t->bound, data, sizeof(t->bound));
 		break;
 	case REC_STACK:
 		if (size >= sizeof(struct rec_stack))

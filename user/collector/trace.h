@@ -92,6 +92,7 @@ struct trace {
 	                                  * of events it causes (unwound frames, errors) */
 	int write_reported;              /* write_failed has been said on stderr */
 	struct rec_orphan early[64];     /* orphans seen before the model was known */
+	struct rec_bound_enter bound;    /* a bound call's entry, described by the next REC_ENTER */
 	size_t nearly;
 	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
 	int held;                        /* --numeric: the record being read holds its thread */

@@ -1,0 +1,14 @@
+/* Modules called through a bound __call__: the watchpoints on their call sites. */
+#ifndef EVMBPF_BOUND_H
+#define EVMBPF_BOUND_H
+
+#include "session.h"
+
+/* A new call site (REC_BOUND_SITE): watch it on its thread, continue a held target. */
+void bound_site(struct session *s, const struct rec_bound_site *r);
+/* 1: this record is the entry of a call whose site could not be watched (drop it). */
+int bound_skip(const void *data, size_t size);
+/* Remove every watchpoint. */
+void bound_detach(void);
+
+#endif

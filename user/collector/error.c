@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "jsonw.h"
+#include "samples.h"
 
 static void source_line(struct trace *t, const char *file, int lineno, struct buf *out)
 {
@@ -171,8 +172,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "inspection"), jw_null(&b);
 	jw_key(&b, &first, "detected_at"), t->nonfinite ? jw_cstr(&b, t->nonfinite) : jw_null(&b);
 	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
-	jw_key(&b, &first, "samples"), jw_null(&b);
-	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	samples_put(t, &b, &first, 0); /* the batch declared: a block's blanking is over */
 	jw_key(&b, &first, "mem"), jw_null(&b);
 	jw_key(&b, &first, "traceback");
 	buf_putc(&b, '[');

@@ -8,6 +8,7 @@
 #include <linux/capability.h>
 
 #include "privileges.h"
+#include "samples.h"
 #include "procstate.h"
 #include "util.h"
 #include "watchdog.h"
@@ -166,6 +167,7 @@ int session_load(struct session *s)
 		return -1;
 	}
 	s->links[s->nlinks++] = l;
+	samples_attach(s);
 	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), session_record, s, NULL);
 	if (!s->rb) {
 		warnx_("cannot open the ring buffer: %s", strerror(errno));
@@ -181,6 +183,7 @@ void session_detach(struct session *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
+	samples_detach(s);
 }
 
 /* --probe-floor: empty programs where call_enter/call_exit go; no trace. */

@@ -1,6 +1,7 @@
 /* A tracing session: inspect the target, open the trace, load and attach, read the ring
  * buffer into the trace until the target ends or evmbpf is asked to stop, finish. */
 #include "session.h"
+#include "samples.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -53,10 +54,15 @@ int session_record(void *ctx, void *data, size_t size)
 	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
 				 ? ((const struct rec_call *)data)->flags
 			 : h->kind == REC_STACK && size >= sizeof(struct rec_stack)
-				 ? ((const struct rec_stack *)data)->flags : 0;
+				 ? ((const struct rec_stack *)data)->flags
+			 : (h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) &&
+			   size >= sizeof(struct rec_samples)
+				 ? ((const struct rec_samples *)data)->flags : 0;
 	/* --numeric: the thread stops at its SIGURG just after this record was written */
 	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	trace_record(&s->trace, data, size);
+	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
+		samples_host_record(s, data);
 	s->trace.held = 0;
 	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
 	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
@@ -64,7 +70,8 @@ int session_record(void *ctx, void *data, size_t size)
 		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
 		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue_all() */
-	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {
+	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK || h->kind == REC_SAMPLES ||
+		    h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);

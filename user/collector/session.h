@@ -25,6 +25,7 @@ struct session {
 	struct ring_buffer *rb;
 	struct bpf_link *links[8];
 	int nlinks;
+	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */

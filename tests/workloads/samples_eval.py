@@ -4,7 +4,8 @@ some of the attributes, a __slots__ class, a tuple of contexts, an empty batch),
 batch-size probe under without_samples() that raises inside a forward and is caught,
 and a document whose forward raises and is caught (the next batch reconciles it).
 
-SAMPLES_CRASH=1: the target is killed (SIGKILL) inside a forward of the third batch."""
+SAMPLES_CRASH=1: the target is killed (SIGKILL) inside a forward of the last batch;
+SAMPLES_RAISE=1: that forward raises, uncaught."""
 import dataclasses
 import os
 import signal
@@ -54,6 +55,8 @@ class Fragile(nn.Module):
             raise RuntimeError("out of memory (simulated)")
         if os.environ.get("SAMPLES_CRASH") == "1" and x.shape[0] == 3:
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("SAMPLES_RAISE") == "1" and x.shape[0] == 3:
+            raise RuntimeError("CUDA out of memory (simulated)")
         return x + 1
 
 

@@ -84,17 +84,22 @@ static void arm(struct session *s, uint64_t globals)
 		debugx("evalmetry.debug has no note_samples: documents are not followed");
 		return;
 	}
+	uint64_t addr;
 	if (o->version < 311) {
-		if (!armed_said++)
-			warnx_("note: the host's note_samples() is not followed on Python %d.%d (3.11+ "
-			       "only): forwards carry no samples", t->major, t->minor);
-		return;
+		/* 3.9/3.10: the code units are co_code's bytes (PyCodeObject.co_code at 48 on
+		 * both, after seven ints; PyBytesObject.ob_sval at 32) */
+		uint64_t bytes = pm_u64(r, code + 48, NULL);
+		char tn[16] = "";
+		if (!bytes || py_type_name(r, py_type(r, bytes), tn, sizeof(tn)) || strcmp(tn, "bytes"))
+			return;
+		addr = bytes + 32;
+	} else {
+		/* code units start right after the code object's fixed part (co_code_adaptive) */
+		uint64_t basic = pm_u64(r, py_type(r, code) + o->tp_basicsize, NULL);
+		if (!basic || basic > 512)
+			return;
+		addr = code + basic;
 	}
-	/* code units start right after the code object's fixed part (co_code_adaptive) */
-	uint64_t basic = pm_u64(r, py_type(r, code) + o->tp_basicsize, NULL);
-	if (!basic || basic > 512)
-		return;
-	uint64_t addr = code + basic;
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/task", t->pid);
 	DIR *d = opendir(dir);

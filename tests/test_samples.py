@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, Attached, chroot_ensure,
-                            chroot_target, compare_traces, load, run_launch, run_reference,
-                            torch_major)
+                            chroot_target, compare_traces, load, pyenv_target, run_launch,
+                            run_reference, torch_major)
 
 pytestmark = pytest.mark.root
 WORKLOAD = os.path.join(OWN_WORKLOADS, "samples_eval.py")
@@ -134,6 +134,24 @@ def test_samples_in_chroot(evmbpf, tmp_path, chroot):
     target = chroot_target(chroot).with_outdir(tmp_path)
     ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
     target.reference(WORKLOAD, ref)
+    result = target.launch(WORKLOAD, got)
+    assert result.returncode == 0, result.stderr
+    events = load(got)
+    check_workload_shape(events)
+    compare_samples(load(ref), events, kwargs=target.kwargs)
+
+
+# pyenv's CPython 3.10 (co_code's bytes watched) with the stand-in torch; 3.12 with
+# EVMBPF_FULL_MATRIX=1
+@pytest.mark.parametrize("version", ["3.10"] + (["3.12"] if FULL else []))
+def test_samples_on_pyenv(evmbpf, tmp_path, version):
+    target = pyenv_target(version)
+    if target is None:
+        pytest.skip(f"no pyenv CPython {version}")
+    target.with_outdir(tmp_path)
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    result = target.reference(WORKLOAD, ref)
+    assert result.returncode == 0, result.stderr
     result = target.launch(WORKLOAD, got)
     assert result.returncode == 0, result.stderr
     events = load(got)

@@ -16,6 +16,13 @@ from torch import nn
 
 from evalmetry.debug import note_samples, phase, without_samples
 
+# tests/standin's torch (pyenv Pythons) has no layers or tensors: Identity on ints there
+REAL = hasattr(torch, "ones") and hasattr(nn, "Linear")
+
+
+def data(rows):
+    return torch.ones(rows, 4) if REAL else rows
+
 
 @dataclasses.dataclass
 class ForwardContext:
@@ -53,9 +60,10 @@ class Fragile(nn.Module):
     def forward(self, x, fail=False):
         if fail:
             raise RuntimeError("out of memory (simulated)")
-        if os.environ.get("SAMPLES_CRASH") == "1" and x.shape[0] == 3:
+        rows = x.shape[0] if REAL else x
+        if os.environ.get("SAMPLES_CRASH") == "1" and rows == 3:
             os.kill(os.getpid(), signal.SIGKILL)
-        if os.environ.get("SAMPLES_RAISE") == "1" and x.shape[0] == 3:
+        if os.environ.get("SAMPLES_RAISE") == "1" and rows == 3:
             raise RuntimeError("CUDA out of memory (simulated)")
         return x + 1
 
@@ -63,9 +71,9 @@ class Fragile(nn.Module):
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.lin = nn.Linear(4, 4)
+        self.lin = nn.Linear(4, 4) if REAL else nn.Identity()
         self.fragile = Fragile()
-        self.norm = nn.LayerNorm(4)
+        self.norm = nn.LayerNorm(4) if REAL else nn.Identity()
 
     def forward(self, x, fail=False):
         return self.norm(self.fragile(self.lin(x), fail=fail))
@@ -76,7 +84,7 @@ def build():
 
 
 def run(model):
-    x = torch.ones(2, 4)
+    x = data(2)
     note_samples([ForwardContext("arc_easy", 0, 0, 0), ForwardContext("arc_easy", 0, 1, 1)])
     with phase("model_forward"):
         model(x)
@@ -84,7 +92,7 @@ def run(model):
     with without_samples():                    # a batch-size probe, caught
         try:
             with phase("model_forward"):
-                model(torch.ones(16, 4), fail=True)
+                model(data(16), fail=True)
         except RuntimeError:
             pass
     model(x)                                   # the batch's documents again
@@ -101,5 +109,5 @@ def run(model):
     note_samples([])                           # no documents
     model(x)
     note_samples([ForwardContext("t\u00e2che \u2603", 2 ** 40, -3, 2)])
-    model(torch.ones(3, 4))                    # SAMPLES_CRASH=1: killed here
+    model(data(3))                    # SAMPLES_CRASH=1: killed here
     model(x)

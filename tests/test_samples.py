@@ -123,10 +123,9 @@ def test_killed_mid_batch_names_its_documents(evmbpf, tmp_path):
     assert in_flight(ours) == ["documents in flight: t\u00e2che \u2603#1099511627776x1"]
 
 
-# trixie (3.13, torch 2.6), sid (3.14, PGO/LTO, torch 2.14) and bullseye (3.9, torch 1.7)
-# with EVMBPF_FULL_MATRIX=1 (about 35 s each here)
-@pytest.mark.skipif(not FULL, reason="slow: EVMBPF_FULL_MATRIX=1")
-@pytest.mark.parametrize("chroot", ["trixie", "sid", "bullseye"])
+# trixie (3.13, torch 2.6) in the suite; sid (3.14, PGO/LTO, torch 2.14) and bullseye
+# (3.9, torch 1.7) with EVMBPF_FULL_MATRIX=1
+@pytest.mark.parametrize("chroot", ["trixie"] + (["sid", "bullseye"] if FULL else []))
 def test_samples_in_chroot(evmbpf, tmp_path, chroot):
     err = chroot_ensure(chroot)
     if err:

@@ -29,6 +29,7 @@
 #include "trace_parts.h"
 #include "procstate.h"
 #include "util.h"
+#include "watchdog.h"
 
 #define WATCH_MAX 1024
 
@@ -136,6 +137,8 @@ void samples_attach(struct session *s)
 	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
 	memset(w, 0, sizeof(*w));
 	s->skel->bss->samples_hold = hold_is_safe(t->pid, s->opts->command != NULL);
+	if (s->skel->bss->samples_hold)
+		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
 	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,
 				   t->eval_code_off, "PyEval_EvalCode");
 	w->exec[1] = attach_uprobe(s->skel->progs.host_exec_exit, 1, t->pid, t->py_open,
@@ -268,6 +271,42 @@ static int getattr_value(struct trace *t, uint64_t obj, const char *name, uint64
 
 static const char *const FIELDS[4] = { "task_name", "doc_id", "choice_idx", "batch_row" };
 
+/* A class's shared keys and where the four names sit in them: an instance's four values
+ * are then one read (the documents are read while the target is held). */
+#define SPLIT_CACHE 64
+static struct split_type {
+	uint64_t type, keys;
+	int idx[4];
+	int top;          /* the highest index + 1 */
+} split_cache[SPLIT_CACHE];
+
+/* obj's four fields from its split values, 0 for those not found there; -1: not split */
+static int split_fields(struct trace *t, uint64_t obj, uint64_t out[4])
+{
+	const struct pyreader *r = &t->target->reader;
+	uint64_t keys, values;
+	if (py_instance_split(r, obj, &keys, &values))
+		return -1;
+	uint64_t type = py_type(r, obj);
+	struct split_type *c = &split_cache[(type >> 4) % SPLIT_CACHE];
+	if (c->type != type || c->keys != keys) {
+		c->type = type;
+		c->keys = keys;
+		c->top = 0;
+		for (int k = 0; k < 4; k++) {
+			c->idx[k] = py_keys_index(r, keys, FIELDS[k]);
+			if (c->idx[k] >= c->top)
+				c->top = c->idx[k] + 1;
+		}
+	}
+	uint64_t vals[64];
+	if (c->top > 64 || (c->top && pm_read(r, values, vals, (size_t)c->top * 8)))
+		return -1;
+	for (int k = 0; k < 4; k++)
+		out[k] = c->idx[k] >= 0 ? vals[c->idx[k]] : 0;
+	return 0;
+}
+
 void samples_record(struct trace *t, const struct rec_samples *rec)
 {
 	const struct pyreader *r = &t->target->reader;
@@ -294,13 +333,16 @@ void samples_record(struct trace *t, const struct rec_samples *rec)
 	for (int64_t i = 0; i < n && !bad; i++) {
 		uint64_t ctx = pm_u64(r, items + 8 * (uint64_t)i, NULL);
 		int64_t row = 0;
+		uint64_t fast[4] = {0, 0, 0, 0};
+		if (ctx)
+			split_fields(t, ctx, fast);
 		buf_puts(&b, i ? ", [" : "[");
 		for (int k = 0; k < 4 && !bad; k++) {
-			uint64_t v = 0;
+			uint64_t v = fast[k];
 			int64_t as_int = 0;
 			if (k)
 				buf_puts(&b, ", ");
-			if (!ctx || getattr_value(t, ctx, FIELDS[k], &v))
+			if (!ctx || (!v && getattr_value(t, ctx, FIELDS[k], &v)))
 				bad = 1;
 			else if (!v) /* getattr's defaults */
 				k == 3 ? jw_int(&b, 0) : jw_null(&b);

@@ -69,14 +69,16 @@ int session_record(void *ctx, void *data, size_t size)
 	if (!(s->trace.records & 1023))
 		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue_all() */
+		/* continued by hold_continue_all() */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
 	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK || h->kind == REC_SAMPLES ||
 		    h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
 		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* rules may hold it again */
+		/* rules, or note_samples, may hold it again */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
 	}
 	return 0;
 }

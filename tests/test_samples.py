@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -156,3 +157,22 @@ def test_samples_on_pyenv(evmbpf, tmp_path, version):
     events = load(got)
     check_workload_shape(events)
     compare_samples(load(ref), events, kwargs=target.kwargs)
+
+
+def test_stopping_evmbpf_leaves_the_target_running(evmbpf, tmp_path):
+    """evmbpf stopped (SIGINT) while it watches note_samples: the target runs on to its
+    end, never left stopped, and what was traced carries its batches."""
+    got = str(tmp_path / "got.jsonl")
+    run = Attached(os.path.join(OWN_WORKLOADS, "samples_loop.py"), got)
+    run.release()
+    time.sleep(1.5)  # the loop runs 4 s
+    assert run.target.poll() is None, "the workload ended before evmbpf was stopped"
+    run.tracer.send_signal(signal.SIGINT)
+    run.finish(timeout=120)
+    assert run.target_rc == 0, run.target_err
+    forwards = [e for e in load(got) if e["event"] == "forward"]
+    assert len(forwards) > 10
+    docs = [e["samples"][0][1] for e in forwards]
+    assert forwards[-1]["samples"] == [["mmlu", docs[-1], None, 0],
+                                       ["mmlu", docs[-1] + 1, None, 1]]
+    assert docs == list(range(docs[0], docs[0] + 2 * len(docs), 2)), docs[:20]

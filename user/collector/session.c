@@ -197,14 +197,15 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 void session_collect(struct session *s, pid_t child)
 {
 	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
-	 * first records, so that the ring buffer overflows on purpose */
+	 * first forward began (not at an earlier record, such as the host module's import), so
+	 * that the ring buffer overflows on purpose */
 	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 	long stall_ms = stall ? atol(stall) : 0;
 	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
 	while (!s->ended && !stop_signal && !s->trace.nonfinite) {
 		if (session_step(s, child, 100))
 			break;
-		if (stall_ms > 0 && s->trace.records > 0) {
+		if (stall_ms > 0 && s->trace.forward_id > 0) {
 			usleep((useconds_t)stall_ms * 1000);
 			stall_ms = 0;
 		}

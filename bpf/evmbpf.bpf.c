@@ -32,6 +32,7 @@
 #include "exceptions.bpf.h"
 #include "cudamem.bpf.h"
 #include "bound.bpf.h"
+#include "samples.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -56,6 +57,26 @@ int BPF_KPROBE(marker_enter_stackref, void *attr, void *method_and_self)
 {
 	__u64 mgr = rd64((__u64)method_and_self + 8) & ~(__u64)pyo.stackref_tag_mask;
 	return mgr ? marker_seen(mgr, (__u64)attr + pyo.str_ascii_data) : 0;
+}
+
+/* PyEval_EvalCode(code, globals, locals): evalmetry/debug.py's module body (samples) */
+SEC("uprobe")
+int BPF_KPROBE(host_exec_enter, void *code, void *globals)
+{
+	return host_exec_seen((__u64)code, (__u64)globals, PT_REGS_SP(ctx));
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(host_exec_exit)
+{
+	return host_exec_done(PT_REGS_SP(ctx));
+}
+
+/* the hardware watch on note_samples' first code unit (samples) */
+SEC("perf_event")
+int samples_watch(struct bpf_perf_event_data *ctx)
+{
+	return samples_seen();
 }
 
 SEC("uprobe")

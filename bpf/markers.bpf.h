@@ -42,8 +42,9 @@ struct {
 /* Any thread holds markers: module calls of a process without any skip the lookup. */
 __u32 markers_live = 0;
 
-#define MARKER_PHASE 1
+#define MARKER_PHASE MARKER_KIND_PHASE
 #define MARKER_NONE 2
+#define MARKER_NO_SAMPLES MARKER_KIND_NO_SAMPLES
 
 /* A generator's state as 3.11+ encode it (created, suspended < 0, running 0, over > 0).
  * 3.9/3.10 keep it in the generator's frame object, which is gone once it is over;
@@ -113,6 +114,15 @@ static __always_inline __u64 active_marker(void)
 	return inner;
 }
 
+/* Is this code object's file evalmetry/debug.py (the host's markers and note_samples)? */
+static __always_inline int code_in_host(__u64 code)
+{
+	__u64 file = rd64(code + pyo.co_filename);
+	__s64 len = (__s64)rd64(file + pyo.str_length);
+	return len >= 18 && len < 4096 &&
+	       name_is(file + pyo.str_ascii_data + len - 18, "evalmetry/debug.py", 18);
+}
+
 static __always_inline __u8 marker_code_kind(__u64 code)
 {
 	__u8 *cached = bpf_map_lookup_elem(&marker_codes, &code);
@@ -121,14 +131,10 @@ static __always_inline __u8 marker_code_kind(__u64 code)
 	__u8 kind = MARKER_NONE;
 	/* 3.9/3.10 code objects have a name only */
 	__u64 qual = rd64(code + (pyo.co_qualname ? pyo.co_qualname : pyo.co_name));
-	__u64 file = rd64(code + pyo.co_filename);
-	if (name_is(qual + pyo.str_ascii_data, "phase", 6)) {
-		/* ...evalmetry/debug.py */
-		__s64 len = (__s64)rd64(file + pyo.str_length);
-		if (len >= 18 && len < 4096 &&
-		    name_is(file + pyo.str_ascii_data + len - 18, "evalmetry/debug.py", 18))
-			kind = MARKER_PHASE;
-	}
+	if (name_is(qual + pyo.str_ascii_data, "phase", 6) && code_in_host(code))
+		kind = MARKER_PHASE;
+	else if (name_is(qual + pyo.str_ascii_data, "without_samples", 16) && code_in_host(code))
+		kind = MARKER_NO_SAMPLES;
 	bpf_map_update_elem(&marker_codes, &code, &kind, BPF_ANY);
 	return kind;
 }
@@ -190,11 +196,13 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 	if (instance_values(mgr, cand))
 		return 0;
 	__u64 gen = 0;
+	__u8 kind = 0;
 	for (int i = 0; i < 4; i++) {
 		__u64 c = cand[i] & ~3ULL;
 		if (!c || rd64(c + 8) != cfg.gen_type)
 			continue;
-		if (marker_code_kind(gen_code(c)) == MARKER_PHASE) {
+		kind = marker_code_kind(gen_code(c));
+		if (kind == MARKER_PHASE || kind == MARKER_NO_SAMPLES) {
 			gen = c;
 			break;
 		}
@@ -212,7 +220,7 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 			return 0;
 	}
 	markers_live = 1;
-	active_marker(); /* forget the ones that are over first */
+	__u64 parent = active_marker(); /* forgets the ones that are over first */
 	__u32 n = m->n;
 	if (n >= MARKERS_MAX) {
 		/* deeper than we keep: drop the outermost */
@@ -235,8 +243,11 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 	r->hdr.tid = (__u32)id;
 	r->hdr.ts_ns = bpf_ktime_get_ns();
 	r->gen = gen;
+	r->parent = parent;
+	r->kind = kind;
+	r->pad = 0;
 	r->name[0] = 0;
-	__u64 name = gen_first_local(gen);
+	__u64 name = kind == MARKER_PHASE ? gen_first_local(gen) : 0;
 	__u32 state = (__u32)rd64(name + pyo.str_state);
 	if (((state >> 2) & 7) == 1 && ((state >> 5) & 1))
 		bpf_probe_read_user_str(r->name, sizeof(r->name),

@@ -43,6 +43,8 @@ enum rec_kind {
 	REC_BOUND_SITE = 20, /* a new call site of a bound Module.__call__: watch it (bound.c) */
 	REC_BOUND_ENTER = 21, /* a module called through its bound __call__ is running: the next
 			       * REC_ENTER of the thread (REC_F_BOUND) describes its args first */
+	REC_SAMPLES = 16,  /* the host's note_samples(contexts) is starting: its contexts */
+	REC_SAMPLES_HOST = 17, /* evalmetry.debug's module body has run: its globals */
 };
 
 struct rec_hdr {
@@ -214,10 +216,27 @@ struct rec_task_exit {
 /* `with phase(NAME):` seen entering: the marker's generator and its name. */
 #define MARKER_NAME_MAX 64
 #define MARKERS_MAX 8   /* phase markers nested on one thread, at most */
+#define MARKER_KIND_PHASE 1
+#define MARKER_KIND_NO_SAMPLES 3 /* without_samples(): forwards in its block cover no documents */
 struct rec_marker {
 	struct rec_hdr hdr;
 	__u64 gen;
 	char name[MARKER_NAME_MAX];
+	__u64 parent;   /* the innermost marker active on the thread when this one began, or 0 */
+	__u32 kind;     /* MARKER_KIND_* */
+	__u32 pad;
+};
+
+/* note_samples(contexts) (REC_SAMPLES: obj is contexts, at the watch on the function's
+ * first instruction) and evalmetry.debug's globals once its module body has run
+ * (REC_SAMPLES_HOST: user space finds note_samples there and arms the watch). Either
+ * may hold the target (REC_F_HELD: SIGSTOP) until user space has read them. */
+struct rec_samples {
+	struct rec_hdr hdr;
+	__u64 obj;
+	__u64 code;
+	__u32 flags;
+	__u32 pad;
 };
 
 #define STACK_FRAMES_MAX 32

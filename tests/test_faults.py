@@ -28,7 +28,8 @@ FORKSERVER = os.path.join(OWN_WORKLOADS, "forkserver.py")
 FAULT_MODEL = os.path.join(OWN_WORKLOADS, "fault_model.py")
 MODULES_PER_FORWARD = 18
 PROG_NAMES = {"call_enter", "call_exit", "exc_display", "task_exit", "task_exec",
-              "marker_enter"}
+              "marker_enter", "host_exec_enter", "host_exec_exit", "samples_watch",
+              "bound_trap", "cuda_set_device"}  # names as bpftool shows them (15 bytes)
 
 
 # ---------------------------------------------------------------- helpers

@@ -13,6 +13,7 @@
 
 #include "dump.h"
 #include "jsonw.h"
+#include "samples.h"
 
 /* The source line lineno of file (read through the target's root), as linecache gives
  * it (with its newline); NULL when it cannot be read. */
@@ -246,8 +247,7 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	jw_key(&b, &first, "inspection"), jw_null(&b);
 	jw_key(&b, &first, "detected_at"), t->nonfinite ? jw_cstr(&b, t->nonfinite) : jw_null(&b);
 	jw_key(&b, &first, "forward"), jw_int(&b, s ? s->forward : t->forward_id);
-	jw_key(&b, &first, "samples"), jw_null(&b);
-	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	samples_put(t, &b, &first, 0); /* the batch declared: a block's blanking is over */
 	jw_key(&b, &first, "mem"), cudamem_json(t->cuda, tid, &b);
 	jw_key(&b, &first, "traceback");
 	buf_putc(&b, '[');

@@ -9,6 +9,35 @@
 
 /* The phase a record was made in: the name of the innermost phase marker active on its
  * thread, as the BPF side saw it, or "other". */
+static int marker_slot(const struct trace *t, uint64_t marker)
+{
+	for (size_t k = 0, i = (marker >> 4) % MARKER_SLOTS; marker && k < MARKER_SLOTS;
+	     k++, i = (i + 1) % MARKER_SLOTS)
+		if (t->markers[i].gen == marker)
+			return (int)i;
+	return -1;
+}
+
+/* The innermost marker of this kind from `marker` outwards (its parents: the markers
+ * active around it when it began, which enclose it); 0 when none. */
+static uint64_t marker_of_kind(const struct trace *t, uint64_t marker, uint32_t kind)
+{
+	for (int n = 0; marker && n < 4 * MARKERS_MAX; n++) {
+		int i = marker_slot(t, marker);
+		if (i < 0)
+			return 0;
+		if (t->markers[i].kind == kind)
+			return marker;
+		marker = t->markers[i].parent;
+	}
+	return 0;
+}
+
+int phase_marker_kind_in(const struct trace *t, uint64_t marker, uint32_t kind)
+{
+	return marker_of_kind(t, marker, kind) != 0;
+}
+
 static const char *phase_of(struct trace *t, uint64_t marker)
 {
 	if (!marker)
@@ -177,8 +206,9 @@ uint64_t phase_enclosing_model(struct trace *t, const struct thread_stack *s)
 /* Markers beat rules; rules hold from an outermost call until the next one. */
 const char *phase_at(struct trace *t, const struct thread_stack *s, uint64_t marker)
 {
-	if (marker)
-		return phase_of(t, marker);
+	uint64_t phase = marker_of_kind(t, marker, MARKER_KIND_PHASE);
+	if (phase)
+		return phase_of(t, phase);
 	return s->rule_phase ? s->rule_phase : DEFAULT_PHASE;
 }
 
@@ -192,6 +222,8 @@ void phase_marker_record(struct trace *t, const struct rec_marker *r)
 	if (k == MARKER_SLOTS) /* full: markers long over hold the slots; start afresh */
 		memset(t->markers, 0, sizeof(t->markers));
 	t->markers[i].gen = r->gen;
+	t->markers[i].parent = r->parent;
+	t->markers[i].kind = r->kind;
 	snprintf(t->markers[i].name, sizeof(t->markers[i].name), "%.*s", MARKER_NAME_MAX - 1,
 		 r->name);
 }

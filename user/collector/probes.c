@@ -10,6 +10,7 @@
 
 #include "bound.h"
 #include "privileges.h"
+#include "samples.h"
 #include "procstate.h"
 #include "util.h"
 #include "watchdog.h"
@@ -196,6 +197,7 @@ int session_load(struct session *s)
 		return -1;
 	}
 	s->links[s->nlinks++] = l;
+	samples_attach(s);
 	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), session_record, s, NULL);
 	if (!s->rb) {
 		warnx_("cannot open the ring buffer: %s", strerror(errno));
@@ -212,6 +214,7 @@ void session_detach(struct session *s)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
 	bound_detach(); /* after the entry probe that finds bound calls */
+	samples_detach(s);
 }
 
 /* --probe-floor: empty programs where call_enter/call_exit go; no trace. */

@@ -292,3 +292,45 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	split_items(r, keys, obj + basicsize, o->dictvalues_values, match_key, &l);
 	return l.found;
 }
+
+int py_instance_split(const struct pyreader *r, uint64_t obj, uint64_t *keys,
+		      uint64_t *values)
+{
+	const struct py_offsets *o = r->off;
+	int err = 0;
+	uint64_t type = py_type(r, obj);
+	uint64_t flags = pm_u64(r, type + o->tp_flags, &err);
+	if (err || !(flags & TPF_MANAGED_DICT) || o->version < 311)
+		return -1;
+	uint64_t slot = pm_u64(r, obj + o->managed_dict, &err);
+	*keys = pm_u64(r, type + o->ht_cached_keys, &err);
+	if (err || !*keys)
+		return -1;
+	if (o->version == 311) {
+		*values = slot ? 0 : pm_u64(r, obj + o->managed_values, &err);
+	} else if (o->version == 312) {
+		*values = (slot & 1) ? slot + 1 : 0;
+	} else {
+		uint64_t basicsize = pm_u64(r, type + o->tp_basicsize, &err);
+		uint8_t valid[4];
+		if (slot || !(flags & (1UL << 2)) || err ||
+		    pm_read(r, obj + basicsize, valid, sizeof(valid)) || !valid[3])
+			return -1;
+		*values = obj + basicsize + o->dictvalues_values;
+	}
+	return err || !*values ? -1 : 0;
+}
+
+int py_keys_index(const struct pyreader *r, uint64_t keys, const char *name)
+{
+	struct keys_layout k;
+	if (keys_layout(r, keys, &k))
+		return -1;
+	for (uint64_t i = 0; i < k.nentries && i < 256; i++) {
+		char text[128];
+		uint64_t key = pm_u64(r, k.entries + i * k.esize + k.koff, NULL);
+		if (key && py_str(r, key, text, sizeof(text)) >= 0 && !strcmp(text, name))
+			return (int)i;
+	}
+	return -1;
+}

@@ -34,5 +34,11 @@ int py_dict_items(const struct pyreader *r, uint64_t dict, dict_item_fn fn, void
 uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *key);
 /* getattr-free lookup of an instance attribute in obj.__dict__; 0 when absent. */
 uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *name);
+/* 3.11+: obj's attributes as a split table (its class's shared keys, values[0]'s
+ * address), when they are kept that way; -1 otherwise (a dict of its own). */
+int py_instance_split(const struct pyreader *r, uint64_t obj, uint64_t *keys,
+		      uint64_t *values);
+/* The index of a str key among a keys object's entries; -1 when absent. */
+int py_keys_index(const struct pyreader *r, uint64_t keys, const char *name);
 
 #endif

@@ -1,6 +1,7 @@
 /* A tracing session: inspect the target, open the trace, load and attach, read the ring
  * buffer into the trace until the target ends or evmbpf is asked to stop, finish. */
 #include "session.h"
+#include "samples.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -64,25 +65,33 @@ int session_record(void *ctx, void *data, size_t size)
 	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
 				 ? ((const struct rec_call *)data)->flags
 			 : h->kind == REC_STACK && size >= sizeof(struct rec_stack)
-				 ? ((const struct rec_stack *)data)->flags : 0;
+				 ? ((const struct rec_stack *)data)->flags
+			 : (h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) &&
+			   size >= sizeof(struct rec_samples)
+				 ? ((const struct rec_samples *)data)->flags : 0;
 	/* --numeric: the thread stops at its SIGURG just after this record was written */
 	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	if (h->kind == REC_ENTER && (flags & REC_F_HELD) && s->skel)
 		cudamem_session_held(s, h->tid);
 	trace_record(&s->trace, data, size);
+	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
+		samples_host_record(s, data);
 	s->trace.held = 0;
 	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
 	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
 	if (!(s->trace.records & 1023))
 		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* continued by hold_continue() */
-	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK) && (flags & REC_F_HELD)) {
+		/* continued by hold_continue() */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
+	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK || h->kind == REC_SAMPLES ||
+		    h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
 		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes); /* rules may hold it again */
+		/* rules, or note_samples, may hold it again */
+		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
 	}
 	return 0;
 }
@@ -210,14 +219,15 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 void session_collect(struct session *s, pid_t child)
 {
 	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
-	 * first records, so that the ring buffer overflows on purpose */
+	 * first forward began (not at an earlier record, such as the host module's import), so
+	 * that the ring buffer overflows on purpose */
 	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 	long stall_ms = stall ? atol(stall) : 0;
 	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
 	while (!s->ended && !stop_signal && !s->trace.nonfinite) {
 		if (session_step(s, child, 100))
 			break;
-		if (stall_ms > 0 && s->trace.records > 0) {
+		if (stall_ms > 0 && s->trace.forward_id > 0) {
 			usleep((useconds_t)stall_ms * 1000);
 			stall_ms = 0;
 		}

@@ -27,6 +27,7 @@ struct session {
 #define SESSION_LINKS 16
 	struct bpf_link *links[SESSION_LINKS];
 	int nlinks;
+	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
 	int ended;        /* the target's last thread exited */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */

@@ -445,6 +445,8 @@ static int inspect(struct target *t, pid_t pid)
 	uint64_t v;
 	if (elf_file_symbol(f, "PyErr_Display", &v, NULL) || probe_offset(f, v, &t->err_display_off))
 		t->err_display_off = 0;
+	if (elf_file_symbol(f, "PyEval_EvalCode", &v, NULL) || probe_offset(f, v, &t->eval_code_off))
+		t->eval_code_off = 0;
 	find_marker_support(t, f);
 	if (runtime_symbol(t, f, "_PyRuntime", &t->runtime))
 		t->runtime = 0;

@@ -26,6 +26,7 @@ struct target {
 	/* file offsets for uprobes */
 	uint64_t slot_tp_call_off;    /* + 4 past an endbr64 */
 	uint64_t err_display_off;
+	uint64_t eval_code_off;       /* PyEval_EvalCode: module bodies (the host's note_samples) */
 	uint64_t lookup_special_off;  /* _PyObject_LookupSpecial: `with` statements (phase markers) */
 	enum {
 		LOOKUP_STR,           /* 3.11-3.13: _PyObject_LookupSpecial(self, str) */

@@ -13,6 +13,7 @@
 #include "jsonw.h"
 #include "modfilter.h"
 #include "numeric.h"
+#include "samples.h"
 
 const char *trace_type_name(void *arg, uint64_t type)
 {
@@ -79,7 +80,8 @@ static int set_root(struct trace *t, uint64_t self)
 	return 0;
 }
 
-static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts, const char *phase)
+static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts, const char *phase,
+			  uint64_t marker)
 {
 	struct buf b = {0};
 	int first = 1;
@@ -88,8 +90,7 @@ static void begin_forward(struct trace *t, uint32_t tid, uint64_t ts, const char
 	jw_key(&b, &first, "event"), jw_cstr(&b, "forward");
 	jw_key(&b, &first, "forward"), jw_int(&b, t->forward_id);
 	jw_key(&b, &first, "phase"), jw_cstr(&b, phase);
-	jw_key(&b, &first, "samples"), jw_null(&b);
-	jw_key(&b, &first, "batch_rows"), jw_null(&b);
+	samples_put(t, &b, &first, marker);
 	trace_emit(t, &b, tid, ts);
 }
 
@@ -157,7 +158,7 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
 	if (r->self == t->root) {
 		stack_reconcile(t, s, "a new forward began");
-		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_at(t, s, r->marker));
+		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_at(t, s, r->marker), r->marker);
 		s->forward = t->forward_id;
 	}
 	if (!mod) {
@@ -399,6 +400,10 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	case REC_MODULE_TYPE:
 		if (size >= sizeof(struct rec_module_type))
 			on_module_type(t, data);
+		break;
+	case REC_SAMPLES:
+		if (size >= sizeof(struct rec_samples))
+			samples_record(t, data);
 		break;
 	}
 }

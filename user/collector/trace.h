@@ -81,7 +81,12 @@ struct trace {
 	struct {
 		uint64_t gen;
 		char name[MARKER_NAME_MAX];
+		uint64_t parent; /* the marker active around it when it began */
+		uint32_t kind;   /* MARKER_KIND_* */
 	} markers[MARKER_SLOTS];
+	/* note_samples: the reference's samples (JSON) and batch_rows; NULL: none */
+	char *samples;
+	int64_t batch_rows;
 
 	struct rec_exception *last_exc;  /* uncaught exception, if one reached the top */
 	int ended;

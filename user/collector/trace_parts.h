@@ -25,6 +25,8 @@ const char *phase_from_rules(struct trace *t, const struct thread_stack *s);
 uint64_t phase_enclosing_model(struct trace *t, const struct thread_stack *s);
 void phase_stack_record(struct trace *t, const struct rec_stack *r);
 void phase_marker_record(struct trace *t, const struct rec_marker *r);
+/* Is a marker of this kind (MARKER_KIND_*) `marker` or one enclosing it? */
+int phase_marker_kind_in(const struct trace *t, uint64_t marker, uint32_t kind);
 
 /* stacks.c */
 struct thread_stack *stack_of(struct trace *t, uint32_t tid);

@@ -223,6 +223,31 @@ static const char *exc_short_name(const char *tp_name)
 	return dot ? dot + 1 : tp_name;
 }
 
+/* The error's traceback as traceback.format_exception(...)[-12:] gives it: of `total`
+ * strings (header, one a frame, the last line), only the last 12 go into `out`. */
+struct tb_list {
+	struct buf *out, item; /* item: the string being built */
+	size_t skip, idx;
+	int first;
+};
+
+static struct tb_list tb_list(struct buf *out, size_t total)
+{
+	return (struct tb_list){ .out = out, .skip = total > 12 ? total - 12 : 0, .first = 1 };
+}
+
+/* the string built in l->item is done: into the list unless cut, then cleared */
+static void tb_item(struct tb_list *l)
+{
+	if (l->idx++ >= l->skip) {
+		if (!l->first)
+			buf_puts(l->out, ", ");
+		l->first = 0;
+		jw_str(l->out, l->item.data ? l->item.data : "", l->item.len);
+	}
+	buf_free(&l->item);
+}
+
 static void write_error(struct trace *t, const char *exc_type, const char *message,
 			const struct rec_exception *e, uint32_t tid, const struct dump_frame *fr,
 			int nfr, const char *exc_qualname)
@@ -253,67 +278,41 @@ static void write_error(struct trace *t, const char *exc_type, const char *messa
 	buf_putc(&b, '[');
 	if (fr && nfr > 0) {
 		/* format_exception(...)[-12:] of an exception raised where these frames are */
-		size_t total = (size_t)nfr + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
-		int firstline = 1, carets = t->target->off->version >= 311 &&
-					    t->target->off->version <= 312;
-		struct buf item = {0};
-#define ITEM()                                                       \
-	do {                                                         \
-		if (idx++ >= skip) {                                 \
-			if (!firstline)                              \
-				buf_puts(&b, ", ");                  \
-			firstline = 0;                               \
-			jw_str(&b, item.data ? item.data : "", item.len); \
-		}                                                    \
-		buf_free(&item);                                     \
-	} while (0)
-		buf_puts(&item, "Traceback (most recent call last):\n");
-		ITEM();
+		struct tb_list tl = tb_list(&b, (size_t)nfr + 2);
+		int carets = t->target->off->version >= 311 && t->target->off->version <= 312;
+		buf_puts(&tl.item, "Traceback (most recent call last):\n");
+		tb_item(&tl);
 		for (int k = 0; k < nfr; k++) {
-			buf_printf(&item, "  File \"%s\", line %d, in %s\n", fr[k].file,
+			buf_printf(&tl.item, "  File \"%s\", line %d, in %s\n", fr[k].file,
 				   fr[k].loc.line, fr[k].func);
-			source_lines(t, fr[k].file, &fr[k].loc, carets, &item);
-			ITEM();
+			source_lines(t, fr[k].file, &fr[k].loc, carets, &tl.item);
+			tb_item(&tl);
 		}
-		buf_printf(&item, "%s: %s\n", exc_qualname, message);
-		ITEM();
-#undef ITEM
+		buf_printf(&tl.item, "%s: %s\n", exc_qualname, message);
+		tb_item(&tl);
 	} else if (e) {
 		/* traceback.format_exception(...)[-12:]: header, one string a frame, the last line */
-		size_t total = e->total_frames + 2, skip = total > 12 ? total - 12 : 0, idx = 0;
-		int firstline = 1;
-		struct buf item = {0};
-#define ITEM()                                                       \
-	do {                                                         \
-		if (idx++ >= skip) {                                 \
-			if (!firstline)                              \
-				buf_puts(&b, ", ");                  \
-			firstline = 0;                               \
-			jw_str(&b, item.data ? item.data : "", item.len); \
-		}                                                    \
-		buf_free(&item);                                     \
-	} while (0)
-		buf_puts(&item, "Traceback (most recent call last):\n");
-		ITEM();
+		struct tb_list tl = tb_list(&b, e->total_frames + 2);
+		buf_puts(&tl.item, "Traceback (most recent call last):\n");
+		tb_item(&tl);
 		size_t have = e->nframes, start_frame = e->total_frames - have;
 		for (size_t k = 0; k < e->total_frames; k++) {
 			if (k < start_frame) {
-				idx++;
+				tl.idx++;
 				continue;
 			}
 			const struct tb_entry *tb = &e->tb[k % EXC_TB_MAX];
 			int lineno = tb->lineno >= 0 ? tb->lineno : line_from_table(tb);
-			buf_printf(&item, "  File \"%s\", line %d, in %s\n", tb->filename, lineno,
+			buf_printf(&tl.item, "  File \"%s\", line %d, in %s\n", tb->filename, lineno,
 				   tb->func);
-			source_line(t, tb->filename, lineno, &item);
-			ITEM();
+			source_line(t, tb->filename, lineno, &tl.item);
+			tb_item(&tl);
 		}
 		if (message[0])
-			buf_printf(&item, "%s: %s\n", exc_type, message);
+			buf_printf(&tl.item, "%s: %s\n", exc_type, message);
 		else
-			buf_printf(&item, "%s\n", exc_type);
-		ITEM();
-#undef ITEM
+			buf_printf(&tl.item, "%s\n", exc_type);
+		tb_item(&tl);
 	}
 	buf_putc(&b, ']');
 	trace_emit(t, &b, tid, 0);

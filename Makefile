@@ -131,7 +131,7 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) -C tests fuzz-build
-	$(PYTHON) -m pytest -q tests $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --durations=25 tests $(PYTEST_ARGS)
 
 # the whole version matrix (tests/test_matrix.py), slow cells included
 test-matrix: deps

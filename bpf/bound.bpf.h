@@ -11,8 +11,8 @@
  * two instructions' opcode bytes for that thread; the interpreter fetching them is the
  * call beginning (a new call from the site) and returning (bound_trap: the result is
  * described from the slot). A call that raises never fetches the resume instruction: no
- * exit, as the reference's hooks write none. CPython 3.11+ (3.9/3.10 frames are objects
- * with another value stack; not followed there). */
+ * exit, as the reference's hooks write none. CPython 3.9+ (3.9/3.10: frames are
+ * PyFrameObjects, bound_old_site). */
 #ifndef EVMBPF_BOUND_BPF_H
 #define EVMBPF_BOUND_BPF_H
 
@@ -41,8 +41,6 @@ static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
 __u32 bound_hold = 0;
-/* CPython 3.9/3.10: a bound call was seen (and said) */
-__u32 bound_old_said = 0;
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -101,6 +99,7 @@ struct bound_scan {
 	__u32 left;
 	__u16 func_code;
 	__u8 method_below; /* 3.11/3.12: a bound method's call result replaces the NULL below it */
+	__u8 self_alone;   /* 3.9/3.10: a vectorcall of the bound method put self in its slot */
 };
 
 /* The caller's value stack, lowest slot first: the callable of the call is either the
@@ -119,6 +118,10 @@ static long bound_scan_step(__u64 index, void *ctx)
 			return 1;
 		}
 		if (rd64(v + 24) == c->self && is_call_code(rd64(rd64(v + 16) + c->func_code))) {
+			c->slot = c->method_below ? c->at - 8 : c->at;
+			return 1;
+		}
+		if (c->self_alone && v == c->self) {
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
@@ -170,52 +173,112 @@ static __always_inline void bound_enter_record(__u64 self)
 	bpf_ringbuf_submit(r, 0);
 }
 
-/* At an outermost module call: a Module.__call__ running on this thread without a
- * record is a bound call; write its entry (before the call that found it), 1: its args
- * and kwargs (in bound_threads) go ahead of the call's own. A global
- * function: the verifier checks it once, not inside each caller's paths. */
-__noinline int check_bound(void)
+/* A bound call found at R, called from C at call_at, resuming at next_at, its result
+ * landing in slot: a new site is told to user space (which watches it), then the call's
+ * entry goes out; 1: its args and kwargs (in bound_threads) go ahead of the call's own. */
+static __always_inline int bound_arm(struct bound_thread *st, __u32 tid, __u64 R, __u64 C,
+				     __u64 self, __u64 args, __u64 kwargs, __u64 code,
+				     __u64 call_at, __u64 next_at, __u64 slot)
 {
-	if (!cfg.runtime)
-		return 0;
-	if (pyo.version < 311) {
-		/* not followed: said once (user space), then not looked for again */
-		if (bound_old_said)
+	if (!st) {
+		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&bound_threads, &tid);
+		if (!st)
 			return 0;
-		struct bound_walk o = { .frame = tstate_frame(current_tstate()),
-					.code_at = pyo.frameobj_code };
-		bpf_loop(BOUND_WALK_MAX, bound_step, &o, 0);
-		if (o.found) {
-			bound_old_said = 1;
-			bound_site_record(0, 0, 0, 0, BOUND_SITE_F_OLD << 8);
+	}
+	int site = -1;
+	for (int i = 0; i < BOUND_SITES; i++)
+		if (i < st->nsites && st->next_at[i] == next_at)
+			site = i;
+	if (site < 0) {
+		__u32 n = st->nsites;
+		if (n >= BOUND_SITES) {
+			if (!st->full_said) {
+				st->full_said = 1;
+				bound_site_record(st, call_at, next_at, code, BOUND_SITE_F_FULL << 8);
+			}
+			return 0;
 		}
+		n &= BOUND_SITES - 1;
+		st->call_at[n] = call_at;
+		st->next_at[n] = next_at;
+		st->state[n] = 0;
+		st->nsites = n + 1;
+		bound_site_record(st, call_at, next_at, code, bound_hold ? REC_F_HELD : 0);
+		if (bound_hold)
+			bpf_send_signal(19 /* SIGSTOP */);
+	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
 		return 0;
 	}
+
+	bound_enter_record(self);
+	st->args = args;
+	st->kwargs = kwargs;
+	st->open = 1;
+	st->frame = R;
+	st->self = self;
+	st->caller = C;
+	st->slot = slot;
+	st->next = next_at;
+	return 1;
+}
+
+#define OP_EXTENDED_ARG_310 144
+#define OP_CALL_METHOD_310 161
+
+/* CPython 3.9/3.10: the caller C is a PyFrameObject; f_lasti is the instruction
+ * running (3.9 in bytes, 3.10 in instructions), an EXTENDED_ARG's when the call has
+ * one (it does not set f_lasti for the instruction it prefixes). The bytecode: co_code
+ * (code +48), a bytes object (ob_sval +32); the value stack from f_valuestack (+64),
+ * co_stacksize slots (code +32). The result replaces the callable (CALL_FUNCTION,
+ * _KW, _EX, a CALL_METHOD whose LOAD_METHOD found the function), or the NULL below
+ * it (a CALL_METHOD of a bound method object). A vectorcall of a bound method (all
+ * but CALL_FUNCTION_EX) puts self in the method's slot for the call's duration
+ * (method_vectorcall's PY_VECTORCALL_ARGUMENTS_OFFSET): the lowest slot holding self
+ * is taken then. A global function: verified once, not in check_bound's paths. */
+__noinline int bound_old_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kwargs)
+{
+	if (!C)
+		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
-	struct bound_walk w = { .frame = tstate_frame(current_tstate()),
-				.code_at = pyo.iframe_code };
-	if (st && st->open)
-		w.stop = st->frame;
-	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);
-	if (w.hit_stop)
-		return 0; /* inside the bound call already written */
-	if (st)
-		st->open = 0;
-	__u64 R = w.found;
-	if (!R)
+	__u64 code = rd64(C + pyo.frameobj_code);
+	__s32 lasti = -1, stacksize = 0;
+	bpf_probe_read_user(&lasti, 4, (void *)(C + pyo.frame_instr));
+	bpf_probe_read_user(&stacksize, 4, (void *)(code + 32));
+	__u64 bytecode = rd64(code + 48);
+	__u64 stack = rd64(C + 64);
+	if (!code || !bytecode || !stack || lasti < 0 || stacksize <= 0)
 		return 0;
-	__u64 self = unref(rd64(R + pyo.iframe_localsplus));
-	if (self && classify_type(rd64(self + 8)) != T_MODULE) {
-		self = rd64(self + 16); /* a cell: a closure captures self */
-		if (!self || classify_type(rd64(self + 8)) != T_MODULE)
-			return 0;
+	__u64 call_at = bytecode + 32 + (__u64)lasti * (pyo.version == 310 ? 2 : 1);
+	__u8 op = 0;
+	for (int i = 0; i < 4; i++) {
+		bpf_probe_read_user(&op, 1, (void *)call_at);
+		if (op != OP_EXTENDED_ARG_310)
+			break;
+		call_at += 2;
 	}
-	__u64 args = unref(rd64(R + pyo.iframe_localsplus + 8));
-	__u64 kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
-	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
-	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */
-	__u64 C = rd64(R + pyo.frame_back);
+	struct bound_scan c = {
+		.at = stack,
+		.self = self,
+		.left = stacksize < BOUND_SCAN_MAX ? stacksize : BOUND_SCAN_MAX,
+		.func_code = pyo.func_code,
+		.method_below = op == OP_CALL_METHOD_310,
+		.self_alone = 1,
+	};
+	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
+	if (!c.slot)
+		return 0;
+	return bound_arm(st, tid, R, C, self, args, kwargs, code, call_at, call_at + 2, c.slot);
+}
+
+/* CPython 3.11+: the caller C is an _PyInterpreterFrame (see docs/design.md). A global
+ * function, as bound_old_site: check_bound's frame stays small (the BPF stack of a
+ * call chain is 512 bytes). */
+__noinline int bound_new_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kwargs)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 	__u8 from_c = 0;
 	if (pyo.version == 311) {
 		bpf_probe_read_user(&from_c, 1, (void *)(R + 68));
@@ -270,47 +333,46 @@ __noinline int check_bound(void)
 	if (!c.slot)
 		return 0;
 
-	if (!st) {
-		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&bound_threads, &tid);
-		if (!st)
-			return 0;
-	}
-	int site = -1;
-	for (int i = 0; i < BOUND_SITES; i++)
-		if (i < st->nsites && st->next_at[i] == next_at)
-			site = i;
-	if (site < 0) {
-		__u32 n = st->nsites;
-		if (n >= BOUND_SITES) {
-			if (!st->full_said) {
-				st->full_said = 1;
-				bound_site_record(st, call_at, next_at, code, BOUND_SITE_F_FULL << 8);
-			}
-			return 0;
-		}
-		n &= BOUND_SITES - 1;
-		st->call_at[n] = call_at;
-		st->next_at[n] = next_at;
-		st->state[n] = 0;
-		st->nsites = n + 1;
-		bound_site_record(st, call_at, next_at, code, bound_hold ? REC_F_HELD : 0);
-		if (bound_hold)
-			bpf_send_signal(19 /* SIGSTOP */);
-	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
-		return 0;
-	}
+	return bound_arm(st, tid, R, C, self, args, kwargs, code, call_at, next_at, c.slot);
+}
 
-	bound_enter_record(self);
-	st->args = args;
-	st->kwargs = kwargs;
-	st->open = 1;
-	st->frame = R;
-	st->self = self;
-	st->caller = C;
-	st->slot = c.slot;
-	st->next = next_at;
-	return 1;
+/* At an outermost module call: a Module.__call__ running on this thread without a
+ * record is a bound call; write its entry (before the call that found it), 1: its args
+ * and kwargs (in bound_threads) go ahead of the call's own. A global
+ * function: the verifier checks it once, not inside each caller's paths. */
+__noinline int check_bound(void)
+{
+	if (!cfg.runtime)
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
+	struct bound_walk w = { .frame = tstate_frame(current_tstate()),
+				.code_at = old ? pyo.frameobj_code : pyo.iframe_code };
+	if (st && st->open)
+		w.stop = st->frame;
+	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);
+	if (w.hit_stop)
+		return 0; /* inside the bound call already written */
+	if (st)
+		st->open = 0;
+	__u64 R = w.found;
+	if (!R)
+		return 0;
+	__u64 self = unref(rd64(R + pyo.iframe_localsplus));
+	if (self && classify_type(rd64(self + 8)) != T_MODULE) {
+		self = rd64(self + 16); /* a cell: a closure captures self */
+		if (!self || classify_type(rd64(self + 8)) != T_MODULE)
+			return 0;
+	}
+	__u64 args = unref(rd64(R + pyo.iframe_localsplus + 8));
+	__u64 kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
+	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
+	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */
+	__u64 C = rd64(R + pyo.frame_back);
+	if (old)
+		return bound_old_site(R, C, self, args, kwargs);
+	return bound_new_site(R, C, self, args, kwargs);
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */

@@ -298,7 +298,6 @@ struct rec_bound_enter {
 	__u64 marker;
 };
 #define BOUND_SITE_F_FULL 1u /* every watchpoint of the thread is in use: not watched */
-#define BOUND_SITE_F_OLD 2u  /* CPython 3.9/3.10: a bound call seen, not followed */
 struct rec_bound_site {
 	struct rec_hdr hdr;
 	__u64 call_at;

@@ -2,14 +2,15 @@
 `step = model.__call__; step(**kw)`, `step(x)`, one that raises inside a child and is
 caught. evmbpf's trace must equal the reference's, launched and by --pid, on the host's
 CPython 3.11 and in the chroots (trixie 3.13 / torch 2.6, sid 3.14 / torch 2.14); sid's
-transformers generate() is in test_matrix.py (hf_llama, hf_gpt2). CPython 3.9/3.10 are
-not followed (docs/design.md)."""
+transformers generate() is in test_matrix.py (hf_llama, hf_gpt2); bullseye 3.9 / torch 1.7
+and pyenv's 3.9/3.10 with the stand-in torch (frames are PyFrameObjects there)."""
 import os
 
 import pytest
 
 from evmbpf_testlib import (OWN_WORKLOADS, Attached, chroot_ensure, chroot_target,
-                            compare_traces, load, run_launch, run_reference, torch_major)
+                            compare_traces, load, pyenv_target, run_launch, run_reference,
+                            torch_major)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
@@ -118,17 +119,63 @@ def test_sid_generate(evmbpf, mode, name, tmp_path):
     compare_traces(load(ref), got, kwargs=True)
 
 
-def test_bullseye_said_once(evmbpf, tmp_path):
-    """CPython 3.9 (bullseye, torch 1.7): a bound call is not followed; evmbpf says so
-    once on stderr, and traces the modules it calls."""
+@pytest.mark.parametrize("shape", full(*SHAPES, default=("positional",)))
+def test_bullseye_launch(evmbpf, shape, tmp_path):
+    """CPython 3.9 (bullseye, torch 1.7): frames are PyFrameObjects; every shape equals
+    the reference (no kwargs on torch 1.7)."""
     error = chroot_ensure("bullseye")
     if error:
         pytest.fail(f"cannot build the bullseye chroot: {error}")
     target = chroot_target("bullseye").with_outdir(tmp_path)
+    ref = os.path.join(target.outdir, "ref.jsonl")
     out = os.path.join(target.outdir, "got.jsonl")
-    result = target.launch(workload("positional"), out)
+    result = target.reference(workload(shape), ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = target.launch(workload(shape), out)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("on CPython 3.9/3.10 such a call is not traced") == 1, \
-        result.stderr
+    assert "not traced" not in result.stderr, result.stderr
     got = load(out)
-    assert any(e["event"] == "enter" and e["module"] == "block" for e in got)
+    assert sum(e["event"] == "forward" for e in got) >= 5
+    compare_traces(load(ref), got, kwargs=target.kwargs)
+
+
+PYENV_CELLS = [("3.10", "kwargs")] + [
+    pytest.param(v, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
+    for v in ("3.9", "3.10") for s in SHAPES if (v, s) != ("3.10", "kwargs")]
+
+
+@pytest.mark.parametrize("version,shape", PYENV_CELLS)
+def test_pyenv_standin(evmbpf, version, shape, tmp_path):
+    """pyenv's CPython 3.9/3.10 with the stand-in torch (tests/standin): the same call
+    shapes on plain values, launched, equal to the reference."""
+    target = pyenv_target(version)
+    if target is None:
+        pytest.skip(f"pyenv has no CPython {version}")
+    target.env["BOUND_SHAPE"] = shape
+    target.with_outdir(tmp_path)
+    path = os.path.join(OWN_WORKLOADS, "bound_standin.py")
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    result = target.reference(path, ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = target.launch(path, out)
+    assert result.returncode == 0, result.stderr
+    got = load(out)
+    assert sum(e["event"] == "forward" for e in got) >= 5
+    compare_traces(load(ref), got, kwargs=True)
+
+
+def test_pyenv_standin_pid(evmbpf, tmp_path):
+    """--pid on CPython 3.10: the bound calls after the attach are traced."""
+    target = pyenv_target("3.10")
+    if target is None:
+        pytest.skip("pyenv has no CPython 3.10")
+    target.env["BOUND_SHAPE"] = "raises"
+    target.with_outdir(tmp_path)
+    path = os.path.join(OWN_WORKLOADS, "bound_standin.py")
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(path, ref).returncode == 0
+    run = target.attached(path, out)
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0, run.tracer_err
+    compare_traces(load(ref), load(out), kwargs=True)

@@ -65,13 +65,6 @@ static void set_state(struct session *s, uint32_t tid, uint64_t next_at, uint8_t
 
 void bound_site(struct session *s, const struct rec_bound_site *r)
 {
-	if ((r->flags >> 8) & BOUND_SITE_F_OLD) {
-		warnx_("warning: thread %u calls a Module through its bound __call__ (e.g. "
-		       "`model.__call__(x)`, transformers' generate()): on CPython 3.9/3.10 such a "
-		       "call is not traced, only the modules it calls (see docs/design.md)",
-		       r->hdr.tid);
-		return;
-	}
 	if ((r->flags >> 8) & BOUND_SITE_F_FULL) {
 		if (!said_full++)
 			warnx_("warning: thread %u calls a bound Module.__call__ (e.g. `step = "

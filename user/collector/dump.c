@@ -678,6 +678,26 @@ struct raw_frame {
 	char marker[MARKER_NAME_MAX];
 };
 
+/* The code object a frame of the thread's chain runs, or 0 for a frame to pass over
+ * (a C-stack entry frame of 3.12+, or no code object there). */
+static uint64_t frame_code(const struct pyreader *r, const struct py_offsets *o, uint64_t f)
+{
+	uint64_t code;
+	if (o->version >= 311) {
+		uint8_t owner = 0;
+		pm_read(r, f + o->iframe_owner, &owner, 1);
+		if (o->version >= 312 && owner == FRAME_OWNED_BY_CSTACK)
+			return 0;
+		code = pm_u64(r, f + o->iframe_code, NULL) & ~7ULL;
+	} else {
+		code = pm_u64(r, f + o->frameobj_code, NULL);
+	}
+	char tn[8];
+	if (!code || py_type_name(r, py_type(r, code), tn, sizeof(tn)) || strcmp(tn, "code"))
+		return 0;
+	return code;
+}
+
 static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 {
 	const struct pyreader *r = g->r;
@@ -703,18 +723,8 @@ static void read_thread(struct reading *g, uint64_t ts, struct dump_thread *th)
 		f = pm_u64(r, f + o->cframe_frame, NULL);
 	for (int depth = 0; f && depth < 4 * FRAMES_MAX && n < FRAMES_MAX;
 	     depth++, inner = f, f = pm_u64(r, f + o->frame_back, NULL)) {
-		uint64_t code;
-		if (o->version >= 311) {
-			uint8_t owner = 0;
-			pm_read(r, f + o->iframe_owner, &owner, 1);
-			if (o->version >= 312 && owner == FRAME_OWNED_BY_CSTACK)
-				continue;
-			code = pm_u64(r, f + o->iframe_code, NULL) & ~7ULL;
-		} else {
-			code = pm_u64(r, f + o->frameobj_code, NULL);
-		}
-		char tn[8];
-		if (!code || py_type_name(r, py_type(r, code), tn, sizeof(tn)) || strcmp(tn, "code"))
+		uint64_t code = frame_code(r, o, f);
+		if (!code)
 			continue;
 		struct raw_frame *x = &fr[n++];
 		x->f = f;
@@ -807,18 +817,8 @@ int dump_thread_frames(struct target *t, int tid, struct dump_frame *out, int ma
 		f = pm_u64(r, f + o->cframe_frame, NULL);
 	for (int depth = 0; f && depth < 4 * FRAMES_MAX && n < max;
 	     depth++, f = pm_u64(r, f + o->frame_back, NULL)) {
-		uint64_t code;
-		if (o->version >= 311) {
-			uint8_t owner = 0;
-			pm_read(r, f + o->iframe_owner, &owner, 1);
-			if (o->version >= 312 && owner == FRAME_OWNED_BY_CSTACK)
-				continue;
-			code = pm_u64(r, f + o->iframe_code, NULL) & ~7ULL;
-		} else {
-			code = pm_u64(r, f + o->frameobj_code, NULL);
-		}
-		char tn[8];
-		if (!code || py_type_name(r, py_type(r, code), tn, sizeof(tn)) || strcmp(tn, "code"))
+		uint64_t code = frame_code(r, o, f);
+		if (!code)
 			continue;
 		struct dump_frame *x = &out[n++];
 		if (py_str(r, pm_u64(r, code + o->co_filename, NULL), x->file, sizeof(x->file)) < 0)

@@ -48,6 +48,9 @@ $(BUILD)/user/common/%.o:    INCS := -Iuser/common
 $(BUILD)/user/readers/%.o:   INCS := -Iuser/common -Iuser/readers
 $(BUILD)/user/collector/%.o: INCS := -Iuser/common -Iuser/collector
 $(BUILD)/user/main.o:        INCS := -Iuser/common -Iuser/collector -Iuser/readers
+# the agent's stats kernels, built for the host too (one source: agent/stats_kernels.c)
+$(BUILD)/user/collector/cupti_stats.o: INCS := -Iuser/common -Iuser/collector -Iagent
+$(BUILD)/user/collector/cupti_stats.o: CFLAGS += -ffp-contract=off
 
 .DELETE_ON_ERROR:
 .SECONDARY: $(BPF_OBJS)
@@ -63,12 +66,23 @@ all: $(BUILD)/evmbpf agent
 CUPTI_INC ?= $(firstword $(patsubst %/cupti.h,%,$(wildcard /usr/local/cuda/include/cupti.h \
 	/usr/local/cuda-*/include/cupti.h /var/cache/evmbpf/cupti/include/cupti.h)))
 AGENT := $(BUILD)/evmbpf-cupti.so
+AGENT_SRCS := agent/agent.c agent/numeric.c
+# --numeric's kernels (agent/stats_kernels.c) as PTX, by clang's NVPTX backend (no nvcc,
+# no CUDA install: -nocudainc -nocudalib), embedded in the agent (.incbin); PTX for
+# sm_70, which the driver compiles for the device it runs on at the first request.
+AGENT_PTX := $(BUILD)/agent/stats_kernels.ptx
+PTX_FLAGS := -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 -O2 -S \
+             -ffp-contract=off -Wall -Wno-unused-function -Wno-unknown-cuda-version
+$(AGENT_PTX): agent/stats_kernels.c | $(BUILD)
+	$(call msg,PTX,$@)
+	$(Q)mkdir -p $(dir $@) && $(CLANG) $(PTX_FLAGS) $< -o $@
 .PHONY: agent
 ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
 agent: $(AGENT)
-$(AGENT): agent/agent.c include/cupti_ring.h | $(BUILD)
+$(AGENT): $(AGENT_SRCS) agent/agent.h agent/stats_kernels.c include/cupti_ring.h $(AGENT_PTX) | $(BUILD)
 	$(call msg,AGENT,$@)
-	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) $< -ldl \
+	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) -Iagent \
+		-DEVM_PTX_FILE='"$(AGENT_PTX)"' $(AGENT_SRCS) -ldl -lpthread \
 		-Wl,-soname,evmbpf-cupti.so -o $@
 else
 agent:

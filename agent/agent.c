@@ -30,6 +30,7 @@
 
 #include <cupti.h>
 
+#include "agent.h"
 #include "cupti_ring.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -195,8 +196,12 @@ static void CUPTIAPI on_api(void *ud, CUpti_CallbackDomain domain, CUpti_Callbac
 		    (id == CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2 ||
 		     id == CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync || is_vmm(id)))
 			return;   /* seen at their exit */
-		put(CR_API, tid_now(), cb->correlationId, mono_ns(), id,
-		    domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 1 : 2, 0, 0);
+		uint32_t tid = tid_now();
+		int own = agent_numeric_is_service(tid);   /* the agent's own kernels: 3 */
+		if (!own)
+			agent_numeric_api(tid, domain, id, cb);
+		put(CR_API, tid, cb->correlationId, mono_ns(), id,
+		    own ? 3 : domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 1 : 2, 0, 0);
 		return;
 	}
 	if (domain != CUPTI_CB_DOMAIN_DRIVER_API)
@@ -284,6 +289,7 @@ static void at_exit(void)
 {
 	if (!ring || __atomic_load_n(&ring->state, __ATOMIC_ACQUIRE) != 1)
 		return;
+	agent_numeric_stop();
 	cu.ActivityFlushAll(1 /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED */);
 	__atomic_store_n(&ring->state, 3, __ATOMIC_RELEASE);
 }
@@ -306,7 +312,7 @@ EXPORT int InitializeInjection(void)
 	if (!fd_text || !*fd_text)
 		return 1;   /* not started by evmbpf --cupti: nothing to hand the records to */
 	int fd = atoi(fd_text);
-	void *m = mmap(NULL, CUPTI_RING_BYTES(CUPTI_RING_SLOTS), PROT_READ | PROT_WRITE,
+	void *m = mmap(NULL, CUPTI_MAP_BYTES(CUPTI_RING_SLOTS), PROT_READ | PROT_WRITE,
 		       MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED)
 		return 1;
@@ -315,7 +321,7 @@ EXPORT int InitializeInjection(void)
 	struct cupti_ring *r = m;
 	if (r->magic != CUPTI_RING_MAGIC || r->version != CUPTI_RING_VERSION ||
 	    r->nslots != CUPTI_RING_SLOTS) {
-		munmap(m, CUPTI_RING_BYTES(CUPTI_RING_SLOTS));
+		munmap(m, CUPTI_MAP_BYTES(CUPTI_RING_SLOTS));
 		return 1;
 	}
 	ring = r;
@@ -389,6 +395,7 @@ EXPORT int InitializeInjection(void)
 	}
 	put(CR_AGENT, tid_now(), version, CUPTI_API_VERSION, 0, 0, 0, 0);
 	__atomic_store_n(&ring->state, 1, __ATOMIC_RELEASE);
+	agent_numeric_start(ring);   /* --numeric: CUDA tensors' stats on the device */
 	atexit(at_exit);
 	return 1;
 }

@@ -18,6 +18,9 @@
 
 /* --numeric: describe where tensor values are (struct dnode_tensor_data) */
 const volatile __u32 numeric = 0;
+/* --numeric --cupti: a CUDA tensor holds its thread too (the agent's reductions go on
+ * the tensor's stream before the thread runs on) */
+const volatile __u32 numeric_cuda = 0;
 /* set by user space once every thread is seized: records may then hold their thread */
 __u32 numeric_hold = 0;
 __u64 holds = 0;

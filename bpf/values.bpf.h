@@ -151,6 +151,8 @@ static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
 		} else {
 			s->flags |= REC_F_WANT_HOLD;
 		}
+	} else if (d->dev_type == 1 && t->numel > 0 && numeric_cuda) {
+		s->flags |= REC_F_WANT_HOLD;
 	}
 	return ndim + sizeof(*d) / 8 + ndim;
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define CUPTI_RING_MAGIC 0x3154504342564d45ull /* "EMVBCPT1" */
-#define CUPTI_RING_VERSION 1
+#define CUPTI_RING_VERSION 2
 #define CUPTI_RING_SLOTS 65536          /* a power of two; 4 MiB of slots */
 #define CUPTI_NOTE_MAX 160
 
@@ -19,7 +19,8 @@ enum cupti_rec_kind {
 	CR_AGENT = 1,        /* the agent runs: v[0] CUPTI's API version at run time,
 			      * v[1] the one it was built against */
 	CR_API = 2,          /* a launch/copy/set API was entered: v[0] correlation id,
-			      * v[1] CLOCK_MONOTONIC ns, v[2] cbid, v[3] 1 runtime / 2 driver */
+			      * v[1] CLOCK_MONOTONIC ns, v[2] cbid, v[3] 1 runtime / 2 driver / 3 the agent's
+			      * own (--numeric's kernels, on its thread) */
 	CR_KERNEL = 3,       /* v[0] correlation id, v[1] GPU start, v[2] GPU end (ns),
 			      * v[3] device | stream << 32 */
 	CR_MEMCPY = 4,       /* v[0] corr, v[1] start, v[2] end, v[3] bytes, v[4] copy kind */
@@ -35,6 +36,8 @@ enum cupti_rec_kind {
 	CR_LOST = 10,        /* CUPTI dropped activity records: v[0] how many */
 	CR_WARN = 11,        /* the agent gives up or warns: the text is in the ring header's
 			      * note (written once, before this record) */
+	CR_STATS = 12,       /* --numeric: a tensor's stats are in its request slot: v[0] the
+			      * request id (the slot's `done`), v[1] its status */
 };
 
 #define CR_OP_ALLOC 1
@@ -66,6 +69,59 @@ struct cupti_ring {
 };
 
 #define CUPTI_RING_BYTES(n) (sizeof(struct cupti_ring) + (uint64_t)(n) * sizeof(struct cupti_slot))
+
+/* --numeric with --cupti: the collector's requests for a CUDA tensor's stats, in the same
+ * memfd past the ring (struct cupti_req_area at CUPTI_RING_BYTES(nslots)). One producer
+ * (the collector, while the tensor's thread is held at the call), one consumer (the
+ * agent's own thread). The collector fills slot id % CUPTI_REQ_SLOTS, then `posted` =
+ * id and wakes `post_futex`; the agent enqueues the reductions on the tensor's stream,
+ * sets `acked` = id and wakes `ack_futex` (the collector then releases the thread); when
+ * the device has written the result (a flag in the agent's pinned memory: no device-wide
+ * synchronisation) the agent copies it into the slot, sets `done` = id and puts a
+ * CR_STATS record in the ring. The agent writes a result only into a slot whose `id` is
+ * still its request's. Waits on either side are bounded. */
+#define CUPTI_REQ_SLOTS 256
+#define CUPTI_REQ_DIMS 16
+
+enum cupti_req_status {
+	CRS_OK = 0,
+	CRS_NO_DEVICE = 1,    /* the driver API or the device's context could not be had */
+	CRS_NO_KERNELS = 2,   /* the embedded PTX did not load */
+	CRS_BUSY = 3,         /* more tensors in flight than the agent's result slots */
+	CRS_LAUNCH = 4,       /* a launch on the tensor's stream failed */
+	CRS_BAD = 5,          /* a request the kernels do not take (dtype, dims) */
+};
+
+#define CRS_STREAM_THREAD 1   /* the stream of the thread's last launch or copy */
+#define CRS_STREAM_LEGACY 2   /* none seen on that thread: the legacy default stream */
+
+struct cupti_req {
+	uint64_t id;                    /* the collector's, written last (release) */
+	uint64_t data;                  /* the storage's device pointer */
+	uint64_t nbytes;                /* the storage's size */
+	int64_t offset, numel;          /* storage offset (elements), elements */
+	uint32_t tid;                   /* the held thread */
+	int32_t dtype, ndim, device;    /* torch ScalarType, dims, CUDA device index */
+	int64_t sizes[CUPTI_REQ_DIMS], strides[CUPTI_REQ_DIMS];
+	/* the agent's */
+	uint64_t done;                  /* == id: the result below is this request's */
+	uint32_t status, stream_kind;   /* enum cupti_req_status; CRS_STREAM_* */
+	uint64_t nan, posinf, neginf, finite;
+	double min, max, mean, std, median;   /* integers: min/max through float32 */
+};
+
+struct cupti_req_area {
+	uint32_t enabled;               /* the collector asks for the numeric service */
+	uint32_t agent_tid;             /* the agent's thread, once it runs */
+	uint64_t posted;                /* the last id posted (collector) */
+	uint64_t acked;                 /* the last id enqueued or refused (agent) */
+	uint32_t post_futex, ack_futex; /* their low 32 bits, to wait on (shared futexes) */
+	uint64_t pad[4];
+	struct cupti_req req[CUPTI_REQ_SLOTS];
+};
+
+#define CUPTI_MAP_BYTES(n) (CUPTI_RING_BYTES(n) + sizeof(struct cupti_req_area))
+#define CUPTI_REQ_AREA(r) ((struct cupti_req_area *)((char *)(r) + CUPTI_RING_BYTES((r)->nslots)))
 
 /* One record in (any thread; never blocks): 0, or -1 when the ring was full. */
 static inline int cupti_ring_put(struct cupti_ring *r, const struct cupti_rec *rec)

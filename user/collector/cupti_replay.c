@@ -6,11 +6,11 @@
  *   api TID CORR NS | kernel CORR START END | memcpy CORR START END BYTES
  *   memset CORR START END BYTES | lost N             the agent's records
  *   at TID NS                        print the call running there ("at CALL" or "at -")
+ *   agent TID                        the agent's --numeric thread (its work apart)
  * Agent records pass through a ring as the agent's do: a line that finds it full counts
  * as dropped (written in gpu_summary), and `flush` drains it. */
 #include "gpu_calls.h"
 
-#include "cupti_stats.h"
 #include "jsonw.h"
 
 #include <stdio.h>
@@ -56,6 +56,8 @@ int gpu_calls_replay(void)
 				printf("at %lld\n", (long long)g.calls[k - 1].call_id);
 			else
 				printf("at -\n");
+		} else if (!strcmp(word, "agent") && sscanf(line, "%*s %llu", &a) == 1) {
+			g.agent_tid = (uint32_t)a;
 		} else if (!strcmp(word, "flush")) {
 			while (cupti_ring_get(ring, &r))
 				gpu_calls_record(&g, &r);
@@ -95,60 +97,4 @@ int gpu_calls_replay(void)
 	free(ring);
 	gpu_calls_free(&g);
 	return rc;
-}
-
-/* `evmbpf cupti-stats` (hidden; tests/test_cupti.py): the device reductions' host-side
- * reference (include/cupti_stats.h) on values read from stdin, "float" or "int" on the
- * first line then one value a line (nan, inf, -inf allowed), the `stats` object as the
- * reference writes it on stdout. */
-int cupti_stats_main(void)
-{
-	char line[256];
-	if (!fgets(line, sizeof(line), stdin) || (strncmp(line, "float", 5) && strncmp(line, "int", 3))) {
-		warnx_("cupti-stats: the first line must be float or int");
-		return 2;
-	}
-	int is_int = line[0] == 'i';
-	size_t n = 0, cap = 1024;
-	double *v = xmalloc(cap * sizeof(*v));
-	while (fgets(line, sizeof(line), stdin)) {
-		char *end;
-		double x = strtod(line, &end);
-		if (end == line) {
-			warnx_("cupti-stats: not a number: '%.*s'", (int)strcspn(line, "\n"), line);
-			free(v);
-			return 2;
-		}
-		if (n == cap)
-			v = xrealloc(v, (cap *= 2) * sizeof(*v));
-		v[n++] = x;
-	}
-	struct buf out = {0};
-	if (!n) {
-		buf_puts(&out, "{\"empty\": true}");
-	} else if (is_int) {
-		struct cupti_stats s;
-		cupti_stats_compute(v, n, &s);
-		buf_puts(&out, "{\"min\": "), jw_float(&out, (float)s.min);
-		buf_puts(&out, ", \"max\": "), jw_float(&out, (float)s.max);
-		buf_putc(&out, '}');
-	} else {
-		struct cupti_stats s;
-		cupti_stats_compute(v, n, &s);
-		buf_printf(&out, "{\"nan\": %lld, \"posinf\": %lld, \"neginf\": %lld",
-			   (long long)(float)s.nan, (long long)(float)s.posinf,
-			   (long long)(float)s.neginf);
-		if (s.finite) {
-			buf_puts(&out, ", \"min\": "), jw_float(&out, s.min);
-			buf_puts(&out, ", \"max\": "), jw_float(&out, s.max);
-			buf_puts(&out, ", \"mean\": "), jw_float(&out, s.mean);
-			buf_puts(&out, ", \"std\": "), jw_float(&out, s.std);
-			buf_puts(&out, ", \"median\": "), jw_float(&out, s.median);
-		}
-		buf_putc(&out, '}');
-	}
-	puts(out.data);
-	buf_free(&out);
-	free(v);
-	return 0;
 }

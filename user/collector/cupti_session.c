@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cupti_numeric.h"
 #include "cupti_ring.h"
 #include "gpu_calls.h"
 #include "jsonw.h"
@@ -74,7 +75,7 @@ int cupti_launch_prepare(void)
 		       "trace goes on without GPU activity");
 		return -1;
 	}
-	size_t bytes = CUPTI_RING_BYTES(CUPTI_RING_SLOTS);
+	size_t bytes = CUPTI_MAP_BYTES(CUPTI_RING_SLOTS);
 	int fd = memfd_create("evmbpf-cupti", 0);   /* no CLOEXEC: the command inherits it */
 	if (fd < 0 || ftruncate(fd, (off_t)bytes)) {
 		warnx_("--cupti: cannot make the agent's ring: %s; the trace goes on without GPU "
@@ -102,12 +103,19 @@ int cupti_launch_prepare(void)
 	return 0;
 }
 
+int cupti_prepared(void)
+{
+	return c.active;
+}
+
 void cupti_attach_trace(struct trace *t)
 {
 	if (!c.active)
 		return;
 	c.trace = t;
 	t->gpu = &c.calls;
+	if (t->opts.numeric) /* before the command runs: the agent reads it at cuInit */
+		cupti_numeric_setup(c.ring, t, t->opts.stop_on_nonfinite);
 	/* only the command needs them; its children see them through its environment */
 	unsetenv("CUDA_INJECTION64_PATH");
 	unsetenv("EVMBPF_CUPTI_FD");
@@ -179,6 +187,8 @@ static void drain(struct trace *t, struct ring_buffer *rb)
 	/* what the agent wrote until now; then the module records written before it (a
 	 * thread's module enter is in the BPF ring before its next CUDA call's record) */
 	uint64_t upto = __atomic_load_n(&c.ring->enqueue, __ATOMIC_ACQUIRE);
+	if (!c.calls.agent_tid)   /* --numeric's thread: its kernels are the agent's own */
+		c.calls.agent_tid = __atomic_load_n(&CUPTI_REQ_AREA(c.ring)->agent_tid, __ATOMIC_ACQUIRE);
 	if (rb)
 		ring_buffer__consume(rb);
 	struct cupti_rec r;
@@ -193,6 +203,9 @@ static void drain(struct trace *t, struct ring_buffer *rb)
 			break;
 		case CR_WARN:
 			note_warning();
+			break;
+		case CR_STATS:
+			cupti_numeric_result(t, r.v[0]);
 			break;
 		case CR_MEMORY:
 		case CR_POOL:
@@ -251,6 +264,10 @@ void gpu_calls_write(struct trace *t, struct gpu_calls *g, uint64_t ring_dropped
 	jw_key(&b, &first, "unattributed_kernels"), jw_int(&b, (int64_t)g->unattributed.kernels);
 	jw_key(&b, &first, "unattributed_gpu_ns"), jw_int(&b, (int64_t)g->unattributed.kernel_ns);
 	jw_key(&b, &first, "mem_events"), jw_int(&b, (int64_t)g->mem_events);
+	if (g->numeric.kernels) {   /* --numeric's reductions: not the job's work */
+		jw_key(&b, &first, "numeric_kernels"), jw_int(&b, (int64_t)g->numeric.kernels);
+		jw_key(&b, &first, "numeric_gpu_ns"), jw_int(&b, (int64_t)g->numeric.kernel_ns);
+	}
 	jw_key(&b, &first, "dropped"), jw_int(&b, (int64_t)(ring_dropped + g->lost));
 	trace_emit(t, &b, 0, 0);
 }
@@ -260,6 +277,13 @@ void cupti_finish(struct trace *t)
 	if (!c.active)
 		return;
 	drain(t, NULL);
+	/* --numeric: results still in flight, for a few seconds at most (the agent may be
+	 * gone with its process: then none come) */
+	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000; waited += 2) {
+		usleep(2000);
+		drain(t, NULL);
+	}
+	cupti_numeric_finish(t);
 	uint32_t state = __atomic_load_n(&c.ring->state, __ATOMIC_ACQUIRE);
 	uint64_t dropped = __atomic_load_n(&c.ring->dropped, __ATOMIC_RELAXED);
 	if (state == 0)
@@ -278,7 +302,7 @@ void cupti_finish(struct trace *t)
 	}
 	t->gpu = NULL;
 	gpu_calls_free(&c.calls);
-	munmap(c.ring, CUPTI_RING_BYTES(CUPTI_RING_SLOTS));
+	munmap(c.ring, CUPTI_MAP_BYTES(CUPTI_RING_SLOTS));
 	close(c.fd);
 	c.active = 0;
 }

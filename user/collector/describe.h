@@ -28,6 +28,7 @@ struct describe_ctx {
 	size_t nbytes, bytes_cap;
 	uint32_t rec_tid;
 	uint64_t rec_ts;
+	int rec_exit;   /* that record is an exit (--stop-on-nonfinite waits for CUDA stats) */
 };
 
 struct node_cursor {

@@ -235,6 +235,10 @@ void gpu_calls_resolve(struct gpu_calls *g)
 		struct gpu_api *a = &g->apis[i];
 		if (!a->used)
 			continue;
+		if (g->agent_tid && a->tid == g->agent_tid) {
+			add(&g->numeric, &a->work);
+			continue;
+		}
 		add(&g->all, &a->work);
 		size_t c = a->tid ? gpu_calls_at(g, a->tid, a->ns) : 0;
 		add(c ? &g->calls[c - 1].self : &g->unattributed, &a->work);

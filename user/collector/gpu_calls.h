@@ -49,6 +49,8 @@ struct gpu_calls {
 	struct { const char *key; char *copy; } *names;
 	size_t names_cap, nnames;
 	struct gpu_work unattributed, all;
+	uint32_t agent_tid;          /* the agent's --numeric thread: its work apart */
+	struct gpu_work numeric;
 	uint64_t lost;               /* CUPTI's dropped activity records */
 	uint64_t mem_events;
 };
@@ -67,7 +69,7 @@ size_t gpu_calls_at(const struct gpu_calls *g, uint32_t tid, uint64_t ns);
 void gpu_calls_resolve(struct gpu_calls *g);
 /* evmbpf cupti-replay (cupti_replay.c): a recorded sequence on stdin, events on stdout. */
 int gpu_calls_replay(void);
-/* evmbpf cupti-stats (cupti_replay.c): the device stats' host-side reference on stdin. */
+/* evmbpf cupti-stats (cupti_stats.c): the device's stats kernels run on the host. */
 int cupti_stats_main(void);
 
 #endif

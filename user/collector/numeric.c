@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cupti_numeric.h"
 #include "jsonw.h"
 
 enum { D_U8 = 0, D_I8, D_I16, D_I32, D_I64, D_F16, D_F32, D_F64, D_BOOL = 11, D_BF16 = 15,
@@ -192,10 +193,11 @@ void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct
 		buf_puts(out, ", \"stats\": {\"empty\": true}");
 		return;
 	}
-	if (t->device_type != 0) {
+	int cuda = t->device_type == 1 && cupti_numeric_on; /* --cupti: the agent reads them */
+	if (t->device_type != 0 && !cuda) {
 		warn_once(&ctx->warned_cuda, "warning: --numeric: tensors on a device (CUDA) are "
 			  "described without stats: their values are in device memory, which only "
-			  "the launch-mode CUPTI agent can read");
+			  "the CUPTI agent can read (launch mode: evmbpf --cupti --numeric -- COMMAND)");
 		return;
 	}
 	unsigned isz = itemsize(dtype);
@@ -207,6 +209,23 @@ void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct
 	const struct dnode_tensor_data *d = (const void *)&t->sizes[t->ndim];
 	size_t need = sizeof(*n) + sizeof(*t) + 16u * t->ndim + sizeof(*d);
 	const struct numeric_bytes *probe_read = NULL;
+	if (cuda) {
+		int64_t cspan = (n->flags & N_F_DATA) && n->size >= need && d->ok ? span_of(t, d) : -1;
+		if (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held) {
+			warn_once(&ctx->warned_unheld, "warning: --numeric: a tensor's values could "
+				  "not be read while its thread was held at the call (the thread blocks "
+				  "SIGURG, or the hold was not in place yet); such tensors are described "
+				  "without stats");
+		} else if (cspan < 0 || d->offset < 0 || d->dev_type != 1 || !d->data ||
+			   (uint64_t)(d->offset + cspan) * isz > d->nbytes) {
+			warn_once(&ctx->warned_read, "warning: --numeric: a CUDA tensor's extent does "
+				  "not fit its storage (or a negative stride); such tensors are described "
+				  "without stats");
+		} else {
+			cupti_numeric_tensor(ctx, t, d, dtype, out);
+		}
+		return;
+	}
 	if ((n->flags & N_F_DATA) && (n->flags & N_F_BYTES) && n->size >= need && d->ok)
 		probe_read = find_bytes(ctx, d->seq);
 	if (!probe_read && (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held)) {

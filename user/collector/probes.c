@@ -132,6 +132,7 @@ int session_load(struct session *s)
 	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
 	numeric_probe_setup(skel, s->opts->trace.numeric);
 	skel->rodata->tensor_bytes_hold_exits = s->opts->trace.stop_on_nonfinite;
+	skel->rodata->numeric_cuda = s->opts->trace.numeric && cupti_prepared();
 	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */

@@ -72,6 +72,7 @@ struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, con
  * the module records in rb); finish: the GPU events, before the end of the trace. */
 int cupti_launch_prepare(void);
 void cupti_attach_trace(struct trace *t);
+int cupti_prepared(void);   /* 1: the agent's ring is made (--cupti, launch mode) */
 void cupti_step(struct trace *t, struct ring_buffer *rb);
 void cupti_finish(struct trace *t);
 

@@ -358,6 +358,7 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	if (h->ts_ns > t->now_ns)
 		t->now_ns = h->ts_ns;
 	t->dctx->rec_tid = h->tid, t->dctx->rec_ts = h->ts_ns;
+	t->dctx->rec_exit = h->kind == REC_EXIT;
 	switch (h->kind) {
 	case REC_ENTER:
 		if (size < sizeof(struct rec_call))

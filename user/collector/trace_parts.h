@@ -11,6 +11,9 @@
  * not 0; ts 0: the time of the record being read) and write it; the header, once. */
 void trace_emit(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts);
 void trace_header(struct trace *t);
+/* A finished line (newline included) into the file or the --tail ring, now: the way out
+ * of lines that waited for CUDA tensors' stats (cupti_numeric.c). */
+void trace_write_line(struct trace *t, struct buf *line);
 
 /* trace.c: the name of a type for descriptions (struct describe_ctx's callback). */
 const char *trace_type_name(void *arg, uint64_t type);

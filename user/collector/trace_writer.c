@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cupti_numeric.h"
 #include "describe.h"
 #include "jsonw.h"
 #include "numeric.h"
@@ -19,6 +20,13 @@
 static void write_line(struct trace *t, struct buf *line)
 {
 	buf_putc(line, '\n');
+	if (cupti_numeric_on && cupti_defer_line(t, line)) /* waits for CUDA tensors' stats */
+		return;
+	trace_write_line(t, line);
+}
+
+void trace_write_line(struct trace *t, struct buf *line)
+{
 	if (t->opts.tail > 0) {
 		size_t cap = (size_t)t->opts.tail;
 		size_t slot = (t->ring_head + t->ring_count) % cap;

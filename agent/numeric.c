@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -198,8 +199,12 @@ static int driver_api(void)
 	static int state;   /* 0 not tried, 1 ok, -1 failed */
 	if (state)
 		return state > 0;
-	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-	if (!h)
+	/* the job's libcuda (loaded: the driver loaded the agent); EVMBPF_CUDA_LIB: another
+	 * (the tests' stand-in) */
+	const char *given = getenv("EVMBPF_CUDA_LIB");
+	void *h = given && *given ? dlopen(given, RTLD_NOW | RTLD_LOCAL)
+				  : dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	if (!h && !(given && *given))
 		h = dlopen("libcuda.so.1", RTLD_NOW);
 	state = h && DSYM(h, DeviceGet, "cuDeviceGet") &&
 			DSYM(h, PrimaryCtxRetain, "cuDevicePrimaryCtxRetain") &&

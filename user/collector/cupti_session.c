@@ -279,7 +279,8 @@ void cupti_finish(struct trace *t)
 	drain(t, NULL);
 	/* --numeric: results still in flight, for a few seconds at most (the agent may be
 	 * gone with its process: then none come) */
-	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000; waited += 2) {
+	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000 &&
+				  __atomic_load_n(&c.ring->state, __ATOMIC_ACQUIRE) == 1; waited += 2) {
 		usleep(2000);
 		drain(t, NULL);
 	}

@@ -71,5 +71,8 @@ void gpu_calls_resolve(struct gpu_calls *g);
 int gpu_calls_replay(void);
 /* evmbpf cupti-stats (cupti_stats.c): the device's stats kernels run on the host. */
 int cupti_stats_main(void);
+/* evmbpf cupti-channel HARNESS FILE... (cupti_channel.c): --numeric's channel to the
+ * agent without a device (tests/cupti/). */
+int cupti_channel_main(int argc, char **argv);
 
 #endif

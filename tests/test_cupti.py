@@ -2,8 +2,11 @@
 real torch, real BPF probes; the agent loaded into a real process, with the real libcupti
 where there is one), the refusal with --pid, the attribution of kernels to module calls
 from recorded sequences (`evmbpf cupti-replay`, through the agent's ring), and a trace
-carrying the GPU events read by the reference reader. The device runs are in
-scripts/gpu/cupti.sh."""
+carrying the GPU events read by the reference reader. --numeric's device statistics: the
+kernels' PTX checked by ptxas, the same kernel source built for the host against the
+reference tracer on random tensors of every dtype, and the channel collector → agent →
+ring end to end with a stand-in libcuda that runs those kernels on the host
+(tests/cupti/). The device runs are in scripts/gpu/cupti.sh."""
 import glob
 import json
 import os
@@ -19,6 +22,8 @@ sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
 
 AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
+PTX = os.path.join(os.path.dirname(EVMBPF), "agent", "stats_kernels.ptx")
+PTXAS = "/usr/local/cuda/bin/ptxas"
 INJECT = os.path.join(OWN_WORKLOADS, "cupti_inject.py")
 LIBCUPTI = sorted(glob.glob("/usr/local/cuda*/lib*/libcupti.so.*") +
                   glob.glob("/usr/local/cuda*/extras/CUPTI/lib64/libcupti.so.*"))
@@ -68,8 +73,10 @@ def test_agent_builds_against_debians_headers(tmp_path):
     out = tmp_path / "agent.so"
     subprocess.run(["gcc", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror",
                     "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-shared",
-                    "-I" + os.path.join(ROOT, "include"), "-I" + inc,
-                    os.path.join(ROOT, "agent", "agent.c"), "-ldl", "-o", str(out)],
+                    "-I" + os.path.join(ROOT, "include"), "-I" + os.path.join(ROOT, "agent"),
+                    "-I" + inc, "-DEVM_PTX_FILE=\"%s\"" % PTX,
+                    os.path.join(ROOT, "agent", "agent.c"), os.path.join(ROOT, "agent", "numeric.c"),
+                    "-ldl", "-lpthread", "-o", str(out)],
                    check=True, capture_output=True, text=True)
     assert "InitializeInjection" in subprocess.run(["nm", "-D", str(out)], capture_output=True,
                                                    text=True).stdout
@@ -265,51 +272,274 @@ def test_reference_reader_reads_a_trace_with_gpu_events(tmp_path, plain_runs):
     assert gpu[-1]["kernels"] == len(enters) and gpu[-1]["unattributed_kernels"] == 0
 
 
-# ---- the device statistics' host-side reference ----
+# ---- --numeric: the device's statistics ----
+
+def test_kernels_ptx_is_accepted_by_ptxas_and_embedded_in_the_agent(tmp_path):
+    """clang's NVPTX backend made the PTX at build time (no nvcc); ptxas compiles it for
+    the GPU machine's H200 (sm_90) and for the oldest target it names (sm_75 here: CUDA
+    13's ptxas has no sm_70)."""
+    with open(PTX) as handle:
+        ptx = handle.read()
+    entries = [line.split()[2].split("(")[0] for line in ptx.splitlines()
+               if line.startswith(".visible .entry")]
+    assert entries == ["evm_k_partial", "evm_k_merge1", "evm_k_merge2", "evm_k_hist",
+                       "evm_k_select", "evm_k_finish"]
+    assert ".target sm_70" in ptx and "fma" not in ptx   # no contraction: the host's order
+    if os.path.exists(AGENT):
+        with open(AGENT, "rb") as handle:
+            assert ptx.encode() + b"\0" in handle.read()
+    if not os.path.exists(PTXAS):
+        pytest.skip("no %s here: the PTX was not compiled by ptxas" % PTXAS)
+    for arch in ("sm_90", "sm_75"):
+        got = subprocess.run([PTXAS, "-arch=" + arch, PTX, "-o", str(tmp_path / (arch + ".cubin"))],
+                             capture_output=True, text=True)
+        assert got.returncode == 0, (arch, got.stderr)
+
+
+def _storage_bytes(base):
+    import torch
+    return base.contiguous().view(torch.uint8).numpy().tobytes()
+
 
 def _stats_cases():
+    """(name, base 1-D tensor, sizes, strides, offset): views of every dtype the CPU path
+    takes, strided, with NaN/Inf, across the kernels' worker and group boundaries."""
     import torch
     g = torch.Generator().manual_seed(0)
-    big = torch.randn(10007, generator=g, dtype=torch.float64) * 3 + 1
-    big[::97] = float("nan")
-    big[5::301] = float("inf")
-    big[7::503] = float("-inf")
-    return [
-        ("small", torch.tensor([3.0, 1.0, float("nan"), 2.0, float("-inf"), 4.0])),
-        ("even count", torch.tensor([4.0, -1.0, 2.5, 2.5, 0.0, -0.0])),
-        ("one value", torch.tensor([7.25])),
-        ("no finite", torch.tensor([float("nan"), float("inf")])),
-        ("float16", (torch.randn(333, generator=g) * 100).half()),
-        ("bfloat16", (torch.randn(257, generator=g) * 1e3).bfloat16()),
-        ("float32 wide", torch.randn(4096 * 3 + 5, generator=g) * 1e30),
-        ("blocks, non-finite", big),
-        ("constant", torch.full((9000,), -2.5)),
-        ("int64 past 2^24", torch.tensor([2 ** 24 + 1, -(2 ** 30) - 3, 5])),
-        ("bool", torch.tensor([True, False, True])),
-        ("empty", torch.zeros(0)),
-    ]
+    cases = []
+
+    def rand(n, dtype):
+        if dtype == torch.bool:
+            return torch.rand(n, generator=g) > 0.5
+        if not dtype.is_floating_point:
+            info = torch.iinfo(dtype)
+            lo, hi = max(info.min, -2 ** 40), min(info.max, 2 ** 40)
+            return torch.randint(lo, hi, (n,), generator=g, dtype=torch.int64).to(dtype)
+        x = torch.randn(n, generator=g, dtype=torch.float64) * 50 + 3
+        x[::37] = float("nan")
+        x[5::101] = float("inf")
+        x[7::211] = float("-inf")
+        return x.to(dtype)
+
+    dtypes = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint8,
+              torch.int8, torch.int16, torch.int32, torch.int64, torch.bool]
+    for dt in dtypes:
+        base = rand(6007, dt)
+        cases.append((str(dt) + " contiguous", base, [6007], [1], 0))
+        cases.append((str(dt) + " transposed slice", base, [40, 70], [1, 80], 13))
+        cases.append((str(dt) + " stepped 3-d", base, [5, 7, 11], [1100, 150, 9], 2))
+    big = rand(1200013, torch.float32)             # more elements than workers x 64
+    cases.append(("float32 1.2M", big, [1200013], [1], 0))
+    cases.append(("float64 even, zeros", torch.tensor([4.0, -1.0, 2.5, 2.5, 0.0, -0.0]), [6], [1], 0))
+    cases.append(("no finite", torch.tensor([float("nan"), float("inf"), float("-inf")]), [3], [1], 0))
+    cases.append(("one value", torch.tensor([7.25], dtype=torch.float32), [1], [1], 0))
+    cases.append(("constant", torch.full((9000,), -2.5), [9000], [1], 0))
+    cases.append(("int64 past 2^24", torch.tensor([2 ** 24 + 1, -(2 ** 30) - 3, 5, 2 ** 62 + 3]), [4], [1], 0))
+    cases.append(("empty", torch.zeros(4), [0, 3], [3, 1], 0))
+    return cases
 
 
-def test_device_stats_reference_matches_the_reference_tracer():
-    """The reductions the agent will run on the device, in their block and radix-select
-    order, against the reference's _tensor_stats (the CPU path's rules): counts, min, max
-    and median equal, mean and std within 1e-9 relative."""
+def _same_stats(ours, want, name):
     import math
+    assert set(ours) == set(want), (name, ours, want)
+    for key, value in want.items():
+        if key in ("mean", "std") and value:
+            assert math.isclose(ours[key], value, rel_tol=1e-9, abs_tol=0), (name, key, ours[key], value)
+        elif key in ("mean", "std"):
+            assert abs(ours[key]) < 1e-12, (name, key, ours[key])
+        else:
+            assert ours[key] == value, (name, key, ours[key], value)
+
+
+def test_device_kernels_built_for_the_host_match_the_reference_tracer():
+    """agent/stats_kernels.c compiled as plain C (`evmbpf cupti-stats` runs its kernels'
+    bodies in the device's order) against the reference's _tensor_stats: counts, min, max
+    and median equal, mean and std within 1e-9 relative."""
     import torch
-    for name, t in _stats_cases():
-        want = debug._tensor_stats(t)
-        kind = "float" if t.is_floating_point() else "int"
-        values = t.double().tolist() if kind == "float" else t.long().tolist()
-        text = kind + "\n" + "".join(f"{v!r}\n" for v in values)
-        got = subprocess.run([EVMBPF, "cupti-stats"], input=text, capture_output=True,
-                             text=True, timeout=60)
+    dtype_codes = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+                   torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 11,
+                   torch.bfloat16: 15}
+    for name, base, sizes, strides, offset in _stats_cases():
+        view = base.as_strided(sizes, strides, offset)
+        want = debug._tensor_stats(view)
+        head = "%d %d %d %s %s\n" % (dtype_codes[base.dtype], offset, len(sizes),
+                                     " ".join(map(str, sizes)), " ".join(map(str, strides)))
+        got = subprocess.run([EVMBPF, "cupti-stats"], input=head.encode() + _storage_bytes(base),
+                             capture_output=True, timeout=120)
         assert got.returncode == 0, got.stderr
-        ours = json.loads(got.stdout)
-        assert set(ours) == set(want), (name, ours, want)
-        for key, value in want.items():
-            if key in ("mean", "std") and value:
-                assert math.isclose(ours[key], value, rel_tol=1e-9, abs_tol=0), (name, key)
-            elif key in ("mean", "std"):
-                assert abs(ours[key]) < 1e-12, (name, key, ours[key])
-            else:
-                assert ours[key] == value, (name, key, ours[key], value)
+        _same_stats(json.loads(got.stdout), want, name)
+
+
+def test_cupti_stats_rejects_a_bad_header():
+    got = subprocess.run([EVMBPF, "cupti-stats"], input=b"6 0 2 3\n", capture_output=True)
+    assert got.returncode == 2
+    assert got.stderr.decode().count("\n") == 1 and "DTYPE OFFSET NDIM" in got.stderr.decode()
+
+
+# ---- --numeric: the channel collector -> agent -> ring, without a device ----
+
+def _cupti_inc():
+    for inc in ("/usr/local/cuda/include",
+                subprocess.run([os.path.join(ROOT, "scripts", "cupti-headers.sh"), "path"],
+                               capture_output=True, text=True).stdout.strip()):
+        if inc and os.path.exists(os.path.join(inc, "cupti.h")) and \
+                os.path.exists(os.path.join(inc, "cuda.h")):
+            return inc
+    return None
+
+
+@pytest.fixture(scope="module")
+def stand_in(tmp_path_factory):
+    """tests/cupti/: the stand-in libcuda/libcupti and the agent's host process."""
+    if not os.path.exists(AGENT):
+        pytest.skip("no CUPTI headers: the agent was not built")
+    inc = _cupti_inc()
+    d = tmp_path_factory.mktemp("standin")
+    lib, host = str(d / "libfakecuda.so"), str(d / "agent_host")
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
+                    "-ffp-contract=off", "-I" + os.path.join(ROOT, "include"),
+                    "-I" + os.path.join(ROOT, "agent"), "-I" + inc,
+                    os.path.join(ROOT, "tests", "cupti", "fake_cuda.c"), "-o", lib, "-lm"],
+                   check=True, capture_output=True, text=True)
+    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", os.path.join(ROOT, "tests", "cupti", "agent_host.c"),
+                    "-o", host, "-ldl"], check=True, capture_output=True, text=True)
+    return {"lib": lib, "host": host, "dir": d}
+
+
+def channel(stand_in, cases, lines, env=(), timeout=120):
+    files = []
+    for n, (name, base, sizes, strides, offset) in enumerate(cases):
+        path = str(stand_in["dir"] / ("storage%d.bin" % n))
+        with open(path, "wb") as handle:
+            handle.write(_storage_bytes(base) or b"\0")
+        files.append(path)
+    e = dict(os.environ, EVMBPF_CUPTI_LIB=stand_in["lib"], EVMBPF_CUDA_LIB=stand_in["lib"], **dict(env))
+    e.pop("CUDA_INJECTION64_PATH", None)
+    return subprocess.run([EVMBPF, "cupti-channel", stand_in["host"], *files],
+                          input="".join(line + "\n" for line in lines), capture_output=True,
+                          text=True, env=e, timeout=timeout)
+
+
+def _tensor_line(n, case, dtype_codes, exit_=False):
+    name, base, sizes, strides, offset = case
+    return "tensor %d %d %d %d %s %s%s" % (n, dtype_codes[base.dtype], offset, len(sizes),
+                                          " ".join(map(str, sizes)), " ".join(map(str, strides)),
+                                          " exit" if exit_ else "")
+
+
+DTYPE_CODES = None
+
+
+def _codes():
+    import torch
+    return {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
+            torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 11,
+            torch.bfloat16: 15}
+
+
+def test_channel_gives_every_tensor_the_reference_stats_in_order(stand_in, tmp_path):
+    """The collector's code posts each tensor into the memfd and waits for the agent's
+    acknowledgement; the agent (the real evmbpf-cupti.so, loaded by a process as the
+    driver would) runs the kernels through the stand-in driver, its results come back
+    through the ring, and the lines that waited for them are written in order."""
+    cases = [c for c in _stats_cases() if "1.2M" not in c[0] and c[0] != "empty"]
+    codes = _codes()
+    lines = []
+    for n, case in enumerate(cases):
+        lines.append(_tensor_line(n, case, codes))
+        if n % 7 == 3:
+            lines.append("drain")
+    log = str(tmp_path / "launches.log")
+    got = channel(stand_in, cases, lines, env={"FAKE_CUDA_LOG": log})
+    assert got.returncode == 0, got.stderr
+    assert "warning" not in got.stderr, got.stderr
+    events = events_of(got.stdout)
+    tensors = [e for e in events if e["event"] == "tensor"]
+    assert [e["n"] for e in tensors] == list(range(len(cases)))
+    assert [e["i"] for e in events] == list(range(1, len(events) + 1))
+    for e, (name, base, sizes, strides, offset) in zip(tensors, cases):
+        _same_stats(e["stats"], debug._tensor_stats(base.as_strided(sizes, strides, offset)), name)
+    # no launch was seen on the harness's thread: every reduction on the legacy stream
+    with open(log) as handle:
+        launches = [line.split() for line in handle]
+    assert launches and {l[2] for l in launches} == {"0x1"}
+    floats = sum(1 for c in cases if c[1].is_floating_point())
+    assert sum(1 for l in launches if l[0] == "evm_k_finish") == len(cases)
+    assert sum(1 for l in launches if l[0] == "evm_k_hist") == 8 * floats
+    assert events[-1]["event"] == "gpu_summary"
+
+
+def test_channel_stop_on_nonfinite_waits_for_an_exits_stats(stand_in):
+    import torch
+    codes = _codes()
+    cases = [("finite", torch.arange(10, dtype=torch.float32), [10], [1], 0),
+             ("nan", torch.tensor([1.0, float("nan"), float("inf")]), [3], [1], 0)]
+    got = channel(stand_in, cases, [_tensor_line(0, cases[0], codes, True),
+                                    _tensor_line(1, cases[1], codes, True)],
+                  env={"EVMBPF_TEST_STOP": "1"})
+    assert got.returncode == 0, got.stderr
+    tensors = [e for e in events_of(got.stdout) if e["event"] == "tensor"]
+    assert "nonfinite" not in tensors[0] and tensors[0]["stats"]["max"] == 9.0
+    assert tensors[1]["nonfinite"] == "1 NaN, 1 +Inf, 0 -Inf in a [3]"
+
+
+def test_channel_a_hung_agent_costs_a_bounded_wait_and_one_warning(stand_in):
+    """cuLaunchKernel never returns in the agent's thread: the collector stops waiting,
+    says so once, and every tensor is written without stats; the harness (the job) exits."""
+    import torch
+    codes = _codes()
+    cases = [("a", torch.arange(10, dtype=torch.float32), [10], [1], 0)] * 3
+    got = channel(stand_in, cases, [_tensor_line(n, c, codes) for n, c in enumerate(cases)],
+                  env={"FAKE_CUDA_HANG": "1", "EVMBPF_TEST_CUPTI_ACK_MS": "300"})
+    assert got.returncode == 0, got.stderr
+    tensors = [e for e in events_of(got.stdout) if e["event"] == "tensor"]
+    assert len(tensors) == 3 and not [e for e in tensors if "stats" in e]
+    warnings = [l for l in got.stderr.splitlines() if "did not take a request in time" in l]
+    assert len(warnings) == 1, got.stderr
+
+
+def test_channel_rejects_a_bad_line(stand_in):
+    got = channel(stand_in, [], ["tensor 5 6 0 1 3 1"])
+    assert got.returncode == 2
+    assert "cupti-channel: cannot read 'tensor 5 6 0 1 3 1'" in got.stderr
+
+
+# ---- --numeric --cupti with launched CPU jobs ----
+
+@pytest.fixture(scope="module")
+def numeric_run(tmp_path_factory):
+    """The CPU job launched with --numeric alone, once for the module's tests."""
+    path = str(tmp_path_factory.mktemp("numeric") / "numeric.jsonl")
+    got = run_launch(INJECT, path, evmbpf_args=["--numeric"])
+    assert got.returncode == 0, got.stderr
+    return path
+
+
+@need_agent
+def test_cpu_job_with_cupti_numeric_is_traced_as_numeric_alone(tmp_path, numeric_run):
+    plain, with_cupti = numeric_run, str(tmp_path / "cupti.jsonl")
+    b = run_launch(INJECT, with_cupti, evmbpf_args=["--cupti", "--numeric"])
+    assert b.returncode == 0, b.stderr
+    compare_traces(load(plain), load(with_cupti))
+    assert [e.get("args") for e in load(plain) if e["event"] == "input_numeric"] == \
+        [e.get("args") for e in load(with_cupti) if e["event"] == "input_numeric"]
+    assert "--cupti: the command never initialised CUDA" in b.stderr
+    assert b.stderr.count("--cupti") == 1, b.stderr
+
+
+@need_agent
+def test_agent_numeric_thread_runs_in_a_held_job(tmp_path, stand_in, numeric_run):
+    """The agent set up for real (the stand-in CUPTI and driver) in a real Python traced
+    with --numeric: its thread is started while evmbpf holds the job's threads (ptrace),
+    the job runs on, the trace is --numeric's, the agent finishes cleanly."""
+    plain, with_cupti = numeric_run, str(tmp_path / "cupti.jsonl")
+    env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB=stand_in["lib"],
+               EVMBPF_CUDA_LIB=stand_in["lib"])
+    b = run_launch(INJECT, with_cupti, evmbpf_args=["--cupti", "--numeric", "-v"], env=env)
+    assert b.returncode == 0, b.stderr
+    assert "InitializeInjection: 1" in b.stdout
+    compare_traces(load(plain), [e for e in load(with_cupti) if not e["event"].startswith("gpu")])
+    assert "the agent runs in" in b.stderr
+    assert "warning" not in b.stderr, b.stderr
+    summary = [e for e in load(with_cupti) if e["event"] == "gpu_summary"]
+    assert len(summary) == 1 and summary[0]["kernels"] == 0

@@ -394,6 +394,8 @@ def stand_in(tmp_path_factory):
     if not os.path.exists(AGENT):
         pytest.skip("no CUPTI headers: the agent was not built")
     inc = _cupti_inc()
+    if not inc:
+        pytest.skip("no cupti.h and cuda.h for the stand-in libcuda")
     d = tmp_path_factory.mktemp("standin")
     lib, host = str(d / "libfakecuda.so"), str(d / "agent_host")
     subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
@@ -425,9 +427,6 @@ def _tensor_line(n, case, dtype_codes, exit_=False):
     return "tensor %d %d %d %d %s %s%s" % (n, dtype_codes[base.dtype], offset, len(sizes),
                                           " ".join(map(str, sizes)), " ".join(map(str, strides)),
                                           " exit" if exit_ else "")
-
-
-DTYPE_CODES = None
 
 
 def _codes():

@@ -32,7 +32,7 @@ int cupti_numeric_on;
 
 #define KEEP 65536   /* results kept for lines written later (a frame's `unwound`) */
 #define ACK_FIRST_MS 10000   /* the first request loads the kernels (the driver JITs the PTX) */
-#define ACK_MS 2000
+#define ACK_MS 5000          /* a launch queue full of the job's work can delay it */
 #define RESULT_MS 10000      /* --stop-on-nonfinite's wait for one result */
 #define FINISH_MS 5000
 
@@ -194,6 +194,13 @@ void cupti_numeric_tensor(struct describe_ctx *ctx, const struct dnode_tensor *t
 {
 	if (n.disabled || t->ndim > CUPTI_REQ_DIMS)
 		return;
+	/* a CUDA tensor: CUDA was initialised, and the agent loaded (1) or gave up (2) */
+	uint32_t state = __atomic_load_n(&n.ring->state, __ATOMIC_ACQUIRE);
+	if (state != 1) {
+		disable(state == 2 ? "the CUPTI agent gave up (see above)"
+				   : "the CUDA driver did not load the CUPTI agent");
+		return;
+	}
 	uint64_t id = post(ctx, t, d, dtype);
 	if (!id || n.disabled)
 		return;

@@ -219,6 +219,17 @@ def test_a_full_ring_drops_and_counts_without_waiting():
     assert summary["kernels"] == 4 and summary["unattributed_kernels"] == 0
 
 
+def test_the_agents_own_kernels_are_counted_apart():
+    """--numeric's reductions, launched from the agent's thread, are neither a module
+    call's nor unattributed job work: gpu_summary's numeric_* count them."""
+    got = replay("agent 77\nenter 1 1 <root> 0\napi 1 5 10\napi 77 6 11\nexit 1 1 100\n"
+                 "kernel 5 0 40\nkernel 6 50 53\n")
+    assert got.returncode == 0, got.stderr
+    summary = events_of(got.stdout)[-1]
+    assert (summary["kernels"], summary["gpu_ns"], summary["unattributed_kernels"]) == (1, 40, 0)
+    assert (summary["numeric_kernels"], summary["numeric_gpu_ns"]) == (1, 3)
+
+
 def test_replay_rejects_a_bad_line():
     got = replay("enter 1 1 <root> 0\nkernel x\n")
     assert got.returncode == 2

@@ -50,6 +50,10 @@ __asm__(".section .rodata\n"
 	".previous\n");
 extern const char evm_ptx[];
 
+/* the kernels' first parameter as the PTX declares it (.b8 ..._param_0[328]; the tests
+ * check the PTX): the driver copies this many bytes of the host's struct */
+_Static_assert(sizeof(struct evm_job) == 328, "struct evm_job: the PTX's parameter size");
+
 #define EVM_SCRATCH 4
 #define EVM_DEVICES 16
 #define STREAM_TABLE 4096

@@ -296,6 +296,8 @@ def test_kernels_ptx_is_accepted_by_ptxas_and_embedded_in_the_agent(tmp_path):
     assert entries == ["evm_k_partial", "evm_k_merge1", "evm_k_merge2", "evm_k_hist",
                        "evm_k_select", "evm_k_finish"]
     assert ".target sm_70" in ptx and "fma" not in ptx   # no contraction: the host's order
+    # struct evm_job by value, as the agent's host build lays it out (a _Static_assert there)
+    assert ptx.count(".param .align 8 .b8 ") == 6 and ptx.count("_param_0[328]") == 6
     if os.path.exists(AGENT):
         with open(AGENT, "rb") as handle:
             assert ptx.encode() + b"\0" in handle.read()

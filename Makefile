@@ -85,7 +85,7 @@ $(AGENT): $(AGENT_SRCS) agent/agent.h agent/stats_kernels.c include/cupti_ring.h
 		-DEVM_PTX_FILE='"$(AGENT_PTX)"' $(AGENT_SRCS) -ldl -lpthread \
 		-Wl,-soname,evmbpf-cupti.so -o $@
 else
-agent:
+agent: $(AGENT_PTX)
 	@echo "  SKIP     $(AGENT): no cupti.h and cuda.h (scripts/cupti-headers.sh ensure, or CUPTI_INC=DIR)"
 endif
 

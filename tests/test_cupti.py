@@ -539,19 +539,49 @@ def test_cpu_job_with_cupti_numeric_is_traced_as_numeric_alone(tmp_path, numeric
     assert b.stderr.count("--cupti") == 1, b.stderr
 
 
+FAKE_CUDA = os.path.join(OWN_WORKLOADS, "cupti_fake_cuda.py")
+
+
 @need_agent
-def test_agent_numeric_thread_runs_in_a_held_job(tmp_path, stand_in, numeric_run):
-    """The agent set up for real (the stand-in CUPTI and driver) in a real Python traced
-    with --numeric: its thread is started while evmbpf holds the job's threads (ptrace),
-    the job runs on, the trace is --numeric's, the agent finishes cleanly."""
-    plain, with_cupti = numeric_run, str(tmp_path / "cupti.jsonl")
+def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand_in):
+    """A real Python (torch 1.13), real probes, the real hold: tensors whose device bytes
+    say cuda:0 (the workload retags CPU tensors of its own; nothing operates on them),
+    the agent in the target with the stand-in libcuda (its "device memory" is the
+    target's memory). Every such tensor in input_numeric, exit and unwound gets the
+    reference's stats of its values; the lines waited for them in order."""
+    path = str(tmp_path / "t.jsonl")
     env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB=stand_in["lib"],
-               EVMBPF_CUDA_LIB=stand_in["lib"])
-    b = run_launch(INJECT, with_cupti, evmbpf_args=["--cupti", "--numeric", "-v"], env=env)
-    assert b.returncode == 0, b.stderr
-    assert "InitializeInjection: 1" in b.stdout
-    compare_traces(load(plain), [e for e in load(with_cupti) if not e["event"].startswith("gpu")])
-    assert "the agent runs in" in b.stderr
-    assert "warning" not in b.stderr, b.stderr
-    summary = [e for e in load(with_cupti) if e["event"] == "gpu_summary"]
-    assert len(summary) == 1 and summary[0]["kernels"] == 0
+               EVMBPF_CUDA_LIB=stand_in["lib"], FAKE_CUDA_LOG=str(tmp_path / "launches.log"))
+    got = run_launch(FAKE_CUDA, path, evmbpf_args=["--cupti", "--numeric", "-v"], env=env)
+    assert got.returncode == 0, got.stderr
+    expect = json.loads(next(l for l in got.stdout.splitlines() if l.startswith("EXPECT "))[7:])
+    events = load(path)
+    assert [e["i"] for e in events] == list(range(1, len(events) + 1))
+    names = ["strided", "half", "ints", "view"]
+    others = ["view", "view", "view", "half"]
+    seen = 0
+    first = min(e["forward"] for e in events if e["event"] == "enter")
+    for e in events:
+        if "forward" in e:
+            e = dict(e, forward=e["forward"] - first)
+        if e["event"] == "input_numeric" and e["module"] == "sink":
+            fwd = e["forward"]
+            fake = e["args"][1]
+            assert fake["device"] == "cuda:0", fake
+            _same_stats(fake["stats"], expect[names[fwd]], names[fwd])
+            seen += 1
+        elif e["event"] == "exit" and e["module"] == "sink":
+            _same_stats(e["output"]["stats"], expect[names[e["forward"]]], "exit")
+            seen += 1
+        elif e["event"] == "unwound":
+            assert e["module"] == "raiser", e
+            _same_stats(e["args"][0]["stats"], expect[others[e["forward"]]], "unwound")
+            seen += 1
+        elif e["event"] == "input_numeric" and e["module"] == "raiser":
+            _same_stats(e["args"][0]["stats"], expect[others[e["forward"]]], "raiser")
+            seen += 1
+    assert seen == 16, (seen, [e["event"] for e in events])
+    assert "warning" not in got.stderr, got.stderr
+    assert "reduced on the legacy default stream" in got.stderr
+    with open(tmp_path / "launches.log") as handle:
+        assert sum(1 for line in handle if line.startswith("evm_k_finish")) >= 16

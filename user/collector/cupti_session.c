@@ -279,7 +279,7 @@ void cupti_finish(struct trace *t)
 	drain(t, NULL);
 	/* --numeric: results still in flight, for a few seconds at most (the agent may be
 	 * gone with its process: then none come) */
-	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000 &&
+	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000 && !t->nonfinite &&
 				  __atomic_load_n(&c.ring->state, __ATOMIC_ACQUIRE) == 1; waited += 2) {
 		usleep(2000);
 		drain(t, NULL);
@@ -294,8 +294,9 @@ void cupti_finish(struct trace *t)
 		note_warning();
 	else {
 		if (state == 1)
-			warnx_("--cupti: the agent did not flush at the end (the target died?): GPU "
-			       "activity still in CUPTI's buffers is missing");
+			warnx_("--cupti: the agent did not flush at the end (%s): GPU activity still in "
+			       "CUPTI's buffers is missing", t->nonfinite ? "the target is stopped"
+								 : "the target died?");
 		gpu_calls_write(t, &c.calls, dropped);
 		if (dropped + c.calls.lost)
 			warnx_("--cupti: %llu GPU activity records were lost",

@@ -585,3 +585,38 @@ def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand
     assert "reduced on the legacy default stream" in got.stderr
     with open(tmp_path / "launches.log") as handle:
         assert sum(1 for line in handle if line.startswith("evm_k_finish")) >= 16
+
+
+@need_agent
+@pytest.mark.skipif(os.environ.get("EVMBPF_FULL_MATRIX") != "1", reason="slow: EVMBPF_FULL_MATRIX=1 runs it")
+def test_stop_on_nonfinite_cupti_end_to_end(tmp_path, stand_in):
+    """--stop-on-nonfinite with a tensor that reads as cuda:0 and holds a NaN: the exit's
+    stats are waited for while the thread is held, the trace ends with NonFiniteOutput at
+    that module, the target is stopped before its caller runs on."""
+    import signal
+    path = str(tmp_path / "t.jsonl")
+    env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB=stand_in["lib"],
+               EVMBPF_CUDA_LIB=stand_in["lib"])
+    tracer = subprocess.Popen([EVMBPF, "--cupti", "--stop-on-nonfinite", "--out", path, "--",
+                               "/usr/bin/python3.11", os.path.join(REFERENCE, "run_workload.py"),
+                               FAKE_CUDA], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env)
+    said = ""
+    for line in tracer.stderr:
+        said += line
+        if "kill -CONT" in line:
+            break
+    pid = int(said.rsplit("kill -CONT ", 1)[1].split()[0])
+    with open("/proc/%d/stat" % pid) as handle:
+        assert handle.read().rsplit(")", 1)[1].split()[0] == "T"
+    events = load(path)
+    error = [e for e in events if e["event"] == "error"]
+    os.kill(pid, signal.SIGCONT)
+    stdout, _ = tracer.communicate(timeout=120)
+    assert tracer.returncode == 3
+    expect = json.loads(next(l for l in stdout.splitlines() if l.startswith("EXPECT "))[7:])
+    want = expect["strided"]
+    assert len(error) == 1 and error[0]["exc_type"] == "NonFiniteOutput"
+    assert error[0]["message"] == ("sink produced a non-finite output: %d NaN, %d +Inf, %d -Inf "
+                                   "in a [30, 40] float32 tensor"
+                                   % (want["nan"], want["posinf"], want["neginf"]))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --cupti on the GPU machine (called by scripts/gpu-check.sh; a minute or two):
+# --cupti on the GPU machine (called by scripts/gpu-check.sh; a few minutes):
 # tests/gpu/cupti_workload.py traced with --cupti; PASS/FAIL lines and figures:
 # - the agent loaded and kernels were seen; each module call's own GPU time plus what no
 #   module launched adds up to the CUPTI kernel total (gpu_summary);

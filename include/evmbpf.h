@@ -78,11 +78,14 @@ struct rec_call {
 struct rec_mem {
 	struct rec_hdr hdr;
 	__s32 device;
-	__u32 pad;
+	__u32 flags;         /* MEM_F_*: no counters, device -1 */
 	__s64 allocated;     /* allocated_bytes.all.current */
 	__s64 max_allocated; /* allocated_bytes.all.peak */
 	__s64 reserved;      /* reserved_bytes.all.current */
 };
+#define MEM_F_UNKNOWN 1u /* the thread's device is not known (set before the attach) */
+#define MEM_F_INIT 2u    /* CUDA was initialised: the target is stopped until user space looked */
+#define MEM_F_LOADED 4u  /* a dlopen mapped libraries: the target is stopped until user space looked */
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
  * items come as key node, value node. Nodes are 8-byte aligned. */

@@ -35,11 +35,6 @@ struct {
 /* Threads that were there when the device probes were placed (user space lists them):
  * they may have set a device before, so none is assumed for them. Left when the thread
  * sets a device, when c10::cuda::GetDevice tells it one, or when it exits. */
-struct cuda_unknown_v {
-	__u64 out;   /* GetDevice's DeviceIndex *, between its entry and its return */
-	__u32 calls; /* module calls made while unknown */
-	__u32 pad;
-};
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -59,7 +54,7 @@ __u32 cuda_init_hold = 0;
  * RT_CONSISTENT (0) has mapped a dlopen's objects and run none of their code yet. */
 __u64 cuda_ld_state = 0;
 
-static __always_inline void cudamem_mark(__u32 flags);
+static __always_inline int cudamem_mark(__u32 flags);
 
 /* _dl_debug_state(): stop the target (SIGSTOP) so that user space looks at its mappings
  * before any code of a new library runs (MEM_F_LOADED) */
@@ -69,8 +64,8 @@ static __always_inline int cuda_dlopen_seen(void)
 	__s32 st = -1;
 	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)at) || st != 0)
 		return 0;
-	cudamem_mark(MEM_F_LOADED);
-	bpf_send_signal(19 /* SIGSTOP */);
+	if (!cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
+		bpf_send_signal(19 /* SIGSTOP */);
 	return 0;
 }
 
@@ -133,7 +128,8 @@ static __always_inline void cuda_task_gone(__u32 tid)
 		bpf_map_delete_elem(&cuda_unknown, &tid);
 }
 
-static __always_inline void cudamem_mark(__u32 flags)
+/* A REC_MEM without counters; 0 once it is in the ring buffer. */
+static __always_inline int cudamem_mark(__u32 flags)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct rec_mem r = {};
@@ -144,8 +140,11 @@ static __always_inline void cudamem_mark(__u32 flags)
 	r.hdr.ts_ns = bpf_ktime_get_ns();
 	r.device = -1;
 	r.flags = flags;
-	if (bpf_ringbuf_output(&events, &r, sizeof(r), 0))
+	if (bpf_ringbuf_output(&events, &r, sizeof(r), 0)) {
 		__sync_fetch_and_add(&dropped_records, 1);
+		return -1;
+	}
+	return 0;
 }
 
 /* A global function: verified once, apart from call_enter. */
@@ -158,8 +157,8 @@ __noinline int cudamem_emit(void)
 			 * found the devices and read this thread's counters (MEM_F_INIT); the
 			 * first module call's own hold does that look already */
 			cuda_init_armed = 0;
-			cudamem_mark(MEM_F_INIT);
-			bpf_send_signal(19 /* SIGSTOP */);
+			if (!cudamem_mark(MEM_F_INIT))
+				bpf_send_signal(19 /* SIGSTOP */);
 		}
 		return 0;
 	}

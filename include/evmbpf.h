@@ -86,6 +86,12 @@ struct rec_mem {
 #define MEM_F_UNKNOWN 1u /* the thread's device is not known (set before the attach) */
 #define MEM_F_INIT 2u    /* CUDA was initialised: the target is stopped until user space looked */
 #define MEM_F_LOADED 4u  /* a dlopen mapped libraries: the target is stopped until user space looked */
+/* cuda_unknown's value (bpf/cudamem.bpf.h): a thread whose device is not known yet */
+struct cuda_unknown_v {
+	__u64 out;   /* GetDevice's DeviceIndex *, between its entry and its return */
+	__u32 calls; /* module calls made while unknown */
+	__u32 pad;
+};
 
 /* One described value. Containers are followed by their items, pre-order; a dict's
  * items come as key node, value node. Nodes are 8-byte aligned. */

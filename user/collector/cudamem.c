@@ -400,7 +400,7 @@ static void list_unknown(struct session *s)
 		int32_t dev;
 		if (!bpf_map_lookup_elem(dev_fd, &tid, &dev))
 			continue; /* set since the probes were placed: known */
-		struct evmbpf_cuda_unknown { uint64_t out; uint32_t calls, pad; } v = { 0 };
+		struct cuda_unknown_v v = { 0 };
 		if (!bpf_map_update_elem(fd, &tid, &v, BPF_NOEXIST))
 			c->nunknown++;
 	}
@@ -418,7 +418,6 @@ static void list_unknown(struct session *s)
 static void ld_hook(struct session *s)
 {
 	struct cudamem *c = &s->cuda;
-	c->ld_tried = 1;
 	if (s->skel->rodata->numeric || !hold_is_safe(s->target.pid, s->opts->command != NULL))
 		return;
 	static char name[PATH_MAX], open_path[PATH_MAX];
@@ -557,8 +556,14 @@ void cudamem_session_step(struct session *s)
 		return;
 	enum cudamem_state before = c->state;
 	int torch_known = s->target.torch_version[0] != 0;
-	if (c->state == CM_NO_LIBRARY && !c->ld_tried)
-		ld_hook(s); /* before the first look: a library mapped after it stops the target */
+	if (c->state == CM_NO_LIBRARY && !c->ld_tried) {
+		/* before the first look: a library mapped after it stops the target */
+		static char name[PATH_MAX], open_path[PATH_MAX];
+		uint64_t start;
+		c->ld_tried = 1;
+		if (!find_mapping(s->target.pid, "libc10_cuda.so", name, open_path, sizeof(open_path), &start))
+			ld_hook(s);
+	}
 	cudamem_scan(c, s->target.pid);
 	if (c->state == CM_NO_LIBRARY && torch_known)
 		c->cpu_torch = 1; /* torch is imported without libc10_cuda.so: look no more */
@@ -598,7 +603,7 @@ static void read_now(struct session *s, uint32_t tid)
 		return; /* not found, or torch.cuda.is_available() is False there */
 	int32_t dev = 0;
 	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_device), &tid, &dev)) {
-		struct evmbpf_cuda_unknown { uint64_t out; uint32_t calls, pad; } u;
+		struct cuda_unknown_v u;
 		dev = 0;
 		if (!bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_unknown), &tid, &u)) {
 			struct rec_mem r = { .hdr = { .kind = REC_MEM, .size = sizeof(r), .tid = tid },
@@ -652,6 +657,8 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 		return;
 	/* CUDA's lazy init ran before this module call: the target is stopped (SIGSTOP) */
 	cudamem_session_step(s);
+	if (++s->cuda.init_holds >= CUDAMEM_INIT_HOLDS)
+		s->skel->bss->cuda_init_hold = 0; /* called again and again without an init: stop no more */
 	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,
 	       s->cuda.state == CM_READY ? "devices found" : "devices not found yet");
 	read_now(s, r->hdr.tid);

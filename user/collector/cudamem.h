@@ -26,6 +26,7 @@ enum cudamem_state {
 };
 
 #define CUDAMEM_TIDS 64
+#define CUDAMEM_INIT_HOLDS 8
 
 struct cudamem {
 	pid_t pid;
@@ -54,7 +55,8 @@ struct cudamem {
 	int warned_unknown;
 	struct bpf_link *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
 	int ld_tried;
-	int in_load_stop;            /* handling a stop at a dlopen: no code of the new library ran */
+	int in_load_stop;
+	int init_holds;              /* stops at a module call after device_count_ensure_non_zero */            /* handling a stop at a dlopen: no code of the new library ran */
 	int available;               /* the header's cuda, once decided; -1 not yet */
 	int warned;
 	int cpu_torch;                /* torch loaded, libc10_cuda.so not: never CUDA */

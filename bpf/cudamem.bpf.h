@@ -49,22 +49,100 @@ __u32 cuda_unknown_on = 0;
 __u32 cuda_init_armed = 0;
 __u32 cuda_init_hold = 0;
 
-/* &_r_debug.r_state in the target while libc10_cuda.so is awaited (user space sets it,
- * clears it once the library is found): the dynamic loader's _dl_debug_state() at
- * RT_CONSISTENT (0) has mapped a dlopen's objects and run none of their code yet. */
-__u64 cuda_ld_state = 0;
+/* &_r_debug in the target while libc10_cuda.so is awaited (user space sets it, clears
+ * it once the library is found): the dynamic loader's _dl_debug_state() at
+ * RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map list)
+ * and run none of their code yet. */
+__u64 cuda_ld_debug = 0;
+/* r_map entries already looked at */
+__u32 cuda_ld_seen = 0;
+
+#define LD_NAME_MAX 256
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[LD_NAME_MAX]);
+} ld_name SEC(".maps");
+
+struct ld_walk {
+	__u64 lm;    /* struct link_map: l_addr, l_name, l_ld, l_next */
+	__u32 n;
+	__u32 found;
+};
+
+struct ld_base {
+	__u32 len, base;
+};
+
+/* one character of the name: where its last component starts */
+static long ld_base_step(__u32 i, void *ctx)
+{
+	struct ld_base *lb = ctx;
+	__u32 zero = 0;
+	char *b = bpf_map_lookup_elem(&ld_name, &zero);
+	if (!b || i >= lb->len)
+		return 1;
+	__u32 j = i;
+	asm volatile("" : "+r"(j)); /* keep the mask for the verifier */
+	j &= LD_NAME_MAX - 1;
+	if (b[j] == '/')
+		lb->base = j + 1;
+	return 0;
+}
+
+/* Is this object's file name libc10_cuda.so*? */
+static __always_inline int ld_is_c10_cuda(__u64 name_ptr)
+{
+	__u32 zero = 0;
+	char *b = bpf_map_lookup_elem(&ld_name, &zero);
+	if (!b || !name_ptr)
+		return 0;
+	long len = bpf_probe_read_user_str(b, LD_NAME_MAX, (void *)name_ptr);
+	if (len <= 0)
+		return 0;
+	struct ld_base lb = { .len = (__u32)len };
+	bpf_loop(LD_NAME_MAX, ld_base_step, &lb, 0);
+	__u32 base = lb.base;
+	/* "libc10_cuda.so" as two little-endian words: "libc10_c", "uda.so" */
+	__u32 at = base;
+	asm volatile("" : "+r"(at)); /* the bound below is the one the verifier sees */
+	if (at > LD_NAME_MAX - 16)
+		return 0;
+	__u64 w0 = 0, w1 = 0;
+	__builtin_memcpy(&w0, b + at, 8);
+	__builtin_memcpy(&w1, b + at + 8, 8);
+	return w0 == 0x635f30316362696cull && (w1 & 0xffffffffffffull) == 0x6f732e616475ull;
+}
+
+static long ld_step(__u32 idx, void *ctx)
+{
+	struct ld_walk *w = ctx;
+	if (!w->lm)
+		return 1;
+	if (w->n >= cuda_ld_seen && ld_is_c10_cuda(rd64(w->lm + 8)))
+		w->found = 1;
+	w->n++;
+	w->lm = rd64(w->lm + 24);
+	return 0;
+}
 
 static __always_inline int cudamem_mark(__u32 flags);
 
-/* _dl_debug_state(): stop the target (SIGSTOP) so that user space looks at its mappings
- * before any code of a new library runs (MEM_F_LOADED) */
+/* _dl_debug_state(): when the objects this dlopen added include libc10_cuda.so, stop the
+ * target (SIGSTOP) so that user space places the device probes before any of its code
+ * runs (MEM_F_LOADED). */
 static __always_inline int cuda_dlopen_seen(void)
 {
-	__u64 at = cuda_ld_state;
+	__u64 at = cuda_ld_debug;
 	__s32 st = -1;
-	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)at) || st != 0)
+	/* struct r_debug: r_version (int, padded), r_map, r_brk, r_state */
+	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)(at + 24)) || st != 0)
 		return 0;
-	if (!cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
+	struct ld_walk w = { .lm = rd64(at + 8) };
+	bpf_loop(4096, ld_step, &w, 0);
+	cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
+	if (w.found && !cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
 		bpf_send_signal(19 /* SIGSTOP */);
 	return 0;
 }

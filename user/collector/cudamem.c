@@ -412,8 +412,9 @@ static void list_unknown(struct session *s)
 }
 
 /* Until libc10_cuda.so is mapped: a probe on the dynamic loader's _dl_debug_state()
- * stops the target at each dlopen's RT_CONSISTENT (its objects mapped, none of their code
- * run), so that the device probes are placed before any c10 function can run. Only where
+ * stops the target at the dlopen's RT_CONSISTENT that mapped it (none of its code run
+ * yet; the BPF side looks at the r_map entries that dlopen added), so that the device
+ * probes are placed before any c10 function can run. Only where
  * a stop is allowed (never a terminal's foreground job, nor under --numeric's ptrace). */
 static void ld_hook(struct session *s)
 {
@@ -440,8 +441,7 @@ static void ld_hook(struct session *s)
 	if (!c->ld_link)
 		return;
 	watchdog_hold(s->target.pid, 1);
-	/* struct r_debug: r_version (int, padded), r_map, r_brk, then r_state */
-	__atomic_store_n(&s->skel->bss->cuda_ld_state, bias + r_debug + 24, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->skel->bss->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
 	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", name);
 }
 
@@ -450,7 +450,7 @@ static void ld_unhook(struct session *s)
 	struct cudamem *c = &s->cuda;
 	if (!c->ld_link)
 		return;
-	s->skel->bss->cuda_ld_state = 0;
+	s->skel->bss->cuda_ld_debug = 0;
 	bpf_link__destroy(c->ld_link);
 	c->ld_link = NULL;
 }
@@ -647,6 +647,8 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 			s->cuda.in_load_stop = 1;
 			cudamem_session_step(s);
 			s->cuda.in_load_stop = 0;
+			debugx("CUDA: stopped at a dlopen (%d so far): %s", ++s->cuda.load_stops,
+			       s->cuda.state == CM_NO_LIBRARY ? "no libc10_cuda.so yet" : "libc10_cuda.so mapped");
 		}
 		kill(s->target.pid, SIGCONT);
 		watchdog_hold(s->target.pid, s->cuda.ld_link || s->skel->bss->cuda_init_hold ||

@@ -56,6 +56,7 @@ struct cudamem {
 	struct bpf_link *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
 	int ld_tried;
 	int in_load_stop;
+	int load_stops;
 	int init_holds;              /* stops at a module call after device_count_ensure_non_zero */            /* handling a stop at a dlopen: no code of the new library ran */
 	int available;               /* the header's cuda, once decided; -1 not yet */
 	int warned;

@@ -107,11 +107,13 @@ def _init():
 
 
 def _stats(d=0):
-    obj = _state["obj"]
-    for off in range(8, 0x10000, 8):
-        begin, end, cap = struct.unpack("QQQ", ctypes.string_at(obj + off, 24))
-        if begin and end - begin == 16 and cap >= end:
-            return struct.unpack("Q", ctypes.string_at(begin + 8 * d, 8))[0] + 40
+    obj, words = _state["obj"], ()
+    for page in range(16):  # a page at a time (quick), never past the vector
+        words += struct.unpack("512Q", ctypes.string_at(obj + 4096 * page, 4096))
+        for i in range(max(1, 512 * page - 2), len(words) - 2):
+            begin, end, cap = words[i:i + 3]
+            if begin and end - begin == 16 and cap >= end:
+                return struct.unpack("Q", ctypes.string_at(begin + 8 * d, 8))[0] + 40
     raise RuntimeError("no device_allocator vector")
 
 

@@ -513,6 +513,7 @@ static void reveal_step(struct session *s)
 		if (access(path, F_OK) && errno == ENOENT) {
 			bpf_map_delete_elem(fd, &key);
 			prev = NULL; /* start over: the walk's place is gone */
+			left = 0;
 			continue;
 		}
 		left++;

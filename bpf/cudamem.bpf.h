@@ -23,13 +23,129 @@ __u32 cuda_ndev = 0;
 __u32 cuda_alloc_off = 0;
 __u32 cuda_reserved_off = 0;
 
-/* The current device of threads that set one; absent: device 0. */
+/* The current device of threads that set one; absent: device 0, unless cuda_unknown
+ * has the thread. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u32);
 	__type(value, __s32);
 } cuda_device SEC(".maps");
+
+/* Threads that were there when the device probes were placed (user space lists them):
+ * they may have set a device before, so none is assumed for them. Left when the thread
+ * sets a device, when c10::cuda::GetDevice tells it one, or when it exits. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct cuda_unknown_v);
+} cuda_unknown SEC(".maps");
+/* set by user space while cuda_unknown may hold threads: no lookup otherwise */
+__u32 cuda_unknown_on = 0;
+/* set when c10::cuda::device_count_ensure_non_zero() ran (CUDA's lazy init, just before
+ * the allocator's own init) while cuda_ndev is 0; cuda_init_hold: user space allows the
+ * next module call to stop the target (SIGSTOP) until it has found the devices */
+__u32 cuda_init_armed = 0;
+__u32 cuda_init_hold = 0;
+
+/* &_r_debug in the target while libc10_cuda.so is awaited (user space sets it, clears
+ * it once the library is found): the dynamic loader's _dl_debug_state() at
+ * RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map list)
+ * and run none of their code yet. */
+__u64 cuda_ld_debug = 0;
+/* r_map entries already looked at */
+__u32 cuda_ld_seen = 0;
+
+#define LD_NAME_MAX 256
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, char[LD_NAME_MAX]);
+} ld_name SEC(".maps");
+
+struct ld_walk {
+	__u64 lm;    /* struct link_map: l_addr, l_name, l_ld, l_next */
+	__u32 n;
+	__u32 found;
+};
+
+struct ld_base {
+	__u32 len, base;
+};
+
+/* one character of the name: where its last component starts */
+static long ld_base_step(__u32 i, void *ctx)
+{
+	struct ld_base *lb = ctx;
+	__u32 zero = 0;
+	char *b = bpf_map_lookup_elem(&ld_name, &zero);
+	if (!b || i >= lb->len)
+		return 1;
+	__u32 j = i;
+	asm volatile("" : "+r"(j)); /* keep the mask for the verifier */
+	j &= LD_NAME_MAX - 1;
+	if (b[j] == '/')
+		lb->base = j + 1;
+	return 0;
+}
+
+/* Is this object's file name libc10_cuda.so*? */
+static __always_inline int ld_is_c10_cuda(__u64 name_ptr)
+{
+	__u32 zero = 0;
+	char *b = bpf_map_lookup_elem(&ld_name, &zero);
+	if (!b || !name_ptr)
+		return 0;
+	long len = bpf_probe_read_user_str(b, LD_NAME_MAX, (void *)name_ptr);
+	if (len <= 0)
+		return 0;
+	struct ld_base lb = { .len = (__u32)len };
+	bpf_loop(LD_NAME_MAX, ld_base_step, &lb, 0);
+	__u32 base = lb.base;
+	/* "libc10_cuda.so" as two little-endian words: "libc10_c", "uda.so" */
+	__u32 at = base;
+	asm volatile("" : "+r"(at)); /* the bound below is the one the verifier sees */
+	if (at > LD_NAME_MAX - 16)
+		return 0;
+	__u64 w0 = 0, w1 = 0;
+	__builtin_memcpy(&w0, b + at, 8);
+	__builtin_memcpy(&w1, b + at + 8, 8);
+	return w0 == 0x635f30316362696cull && (w1 & 0xffffffffffffull) == 0x6f732e616475ull;
+}
+
+static long ld_step(__u32 idx, void *ctx)
+{
+	struct ld_walk *w = ctx;
+	if (!w->lm)
+		return 1;
+	if (w->n >= cuda_ld_seen && ld_is_c10_cuda(rd64(w->lm + 8)))
+		w->found = 1;
+	w->n++;
+	w->lm = rd64(w->lm + 24);
+	return 0;
+}
+
+static __always_inline int cudamem_mark(__u32 flags);
+
+/* _dl_debug_state(): when the objects this dlopen added include libc10_cuda.so, stop the
+ * target (SIGSTOP) so that user space places the device probes before any of its code
+ * runs (MEM_F_LOADED). */
+static __always_inline int cuda_dlopen_seen(void)
+{
+	__u64 at = cuda_ld_debug;
+	__s32 st = -1;
+	/* struct r_debug: r_version (int, padded), r_map, r_brk, r_state */
+	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)(at + 24)) || st != 0)
+		return 0;
+	struct ld_walk w = { .lm = rd64(at + 8) };
+	bpf_loop(4096, ld_step, &w, 0);
+	cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
+	if (w.found && !cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
+		bpf_send_signal(19 /* SIGSTOP */);
+	return 0;
+}
 
 static __always_inline int cuda_set_device(long dev)
 {
@@ -39,6 +155,73 @@ static __always_inline int cuda_set_device(long dev)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__s32 v = d;
 	bpf_map_update_elem(&cuda_device, &tid, &v, BPF_ANY);
+	if (cuda_unknown_on)
+		bpf_map_delete_elem(&cuda_unknown, &tid);
+	return 0;
+}
+
+/* c10::cuda::GetDevice(DeviceIndex *device), entry: keep where the answer goes, for a
+ * thread whose device is unknown (the others pass). */
+static __always_inline int cuda_getdev_enter(__u64 out)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cuda_unknown_v *u = bpf_map_lookup_elem(&cuda_unknown, &tid);
+	if (u)
+		u->out = out;
+	return 0;
+}
+
+/* ... its return: cudaSuccess and *device is the thread's current device. */
+static __always_inline int cuda_getdev_exit(long rc)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct cuda_unknown_v *u = bpf_map_lookup_elem(&cuda_unknown, &tid);
+	if (!u || !u->out)
+		return 0;
+	__u64 out = u->out;
+	u->out = 0;
+	__s8 d = -1;
+	if ((int)rc != 0 || bpf_probe_read_user(&d, 1, (void *)out) || d < 0)
+		return 0;
+	__s32 v = d;
+	if (!bpf_map_lookup_elem(&cuda_device, &tid)) /* a set during the call decides */
+		bpf_map_update_elem(&cuda_device, &tid, &v, BPF_NOEXIST);
+	bpf_map_delete_elem(&cuda_unknown, &tid);
+	return 0;
+}
+
+/* c10::cuda::device_count_ensure_non_zero(): CUDA's lazy init is under way. */
+static __always_inline int cuda_init_seen(void)
+{
+	if (!cuda_ndev)
+		cuda_init_armed = 1;
+	return 0;
+}
+
+/* A thread of the target ended: its tid may come again, for a new thread. */
+static __always_inline void cuda_task_gone(__u32 tid)
+{
+	bpf_map_delete_elem(&cuda_device, &tid);
+	if (cuda_unknown_on)
+		bpf_map_delete_elem(&cuda_unknown, &tid);
+}
+
+/* A REC_MEM without counters; 0 once it is in the ring buffer. */
+static __always_inline int cudamem_mark(__u32 flags)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct rec_mem r = {};
+	r.hdr.kind = REC_MEM;
+	r.hdr.size = sizeof(r);
+	r.hdr.pid = id >> 32;
+	r.hdr.tid = (__u32)id;
+	r.hdr.ts_ns = bpf_ktime_get_ns();
+	r.device = -1;
+	r.flags = flags;
+	if (bpf_ringbuf_output(&events, &r, sizeof(r), 0)) {
+		__sync_fetch_and_add(&dropped_records, 1);
+		return -1;
+	}
 	return 0;
 }
 
@@ -46,11 +229,28 @@ static __always_inline int cuda_set_device(long dev)
 __noinline int cudamem_emit(void)
 {
 	__u32 n = cuda_ndev;
-	if (!n)
+	if (!n) {
+		if (cuda_init_armed && cuda_init_hold && !hold_next) {
+			/* CUDA initialised since the last look: stop here until user space has
+			 * found the devices and read this thread's counters (MEM_F_INIT); the
+			 * first module call's own hold does that look already */
+			cuda_init_armed = 0;
+			if (!cudamem_mark(MEM_F_INIT))
+				bpf_send_signal(19 /* SIGSTOP */);
+		}
 		return 0;
+	}
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	__s32 *dp = bpf_map_lookup_elem(&cuda_device, &tid);
+	if (!dp && cuda_unknown_on) {
+		struct cuda_unknown_v *u = bpf_map_lookup_elem(&cuda_unknown, &tid);
+		if (u) { /* set before the attach, not seen since: `mem` null, said once */
+			u->calls++;
+			cudamem_mark(MEM_F_UNKNOWN);
+			return 0;
+		}
+	}
 	__s32 dev = dp ? *dp : 0;
 	if (dev < 0 || dev >= CUDA_MAX_DEVICES || (__u32)dev >= n)
 		return 0;

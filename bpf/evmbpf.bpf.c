@@ -244,6 +244,35 @@ int BPF_KPROBE(cuda_set_device_probe, long dev)
 	return cuda_set_device(dev);
 }
 
+/* c10::cuda::GetDevice(DeviceIndex *), entry and return: the device of a thread that
+ * set it before the attach (placed only until those threads are known) */
+SEC("uprobe")
+int BPF_KPROBE(cuda_get_device_enter, void *out)
+{
+	return cuda_getdev_enter((__u64)out);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(cuda_get_device_exit, long rc)
+{
+	return cuda_getdev_exit(rc);
+}
+
+/* the dynamic loader's _dl_debug_state(): a dlopen's objects mapped (until libc10_cuda.so
+ * is) */
+SEC("uprobe")
+int BPF_KPROBE(cuda_dlopen_probe)
+{
+	return cuda_dlopen_seen();
+}
+
+/* c10::cuda::device_count_ensure_non_zero(): CUDA's lazy init, before the allocator's */
+SEC("uprobe")
+int BPF_KPROBE(cuda_init_probe)
+{
+	return cuda_init_seen();
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 {
@@ -254,6 +283,7 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 		group_exit_code = p->exit_code;
 		group_exited = 1;
 	}
+	cuda_task_gone(p->pid);
 	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
 	if (!r) {
 		__sync_fetch_and_add(&dropped_records, 1);

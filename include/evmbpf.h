@@ -78,10 +78,19 @@ struct rec_call {
 struct rec_mem {
 	struct rec_hdr hdr;
 	__s32 device;
-	__u32 pad;
+	__u32 flags;         /* MEM_F_*: no counters, device -1 */
 	__s64 allocated;     /* allocated_bytes.all.current */
 	__s64 max_allocated; /* allocated_bytes.all.peak */
 	__s64 reserved;      /* reserved_bytes.all.current */
+};
+#define MEM_F_UNKNOWN 1u /* the thread's device is not known (set before the attach) */
+#define MEM_F_INIT 2u    /* CUDA was initialised: the target is stopped until user space looked */
+#define MEM_F_LOADED 4u  /* a dlopen mapped libraries: the target is stopped until user space looked */
+/* cuda_unknown's value (bpf/cudamem.bpf.h): a thread whose device is not known yet */
+struct cuda_unknown_v {
+	__u64 out;   /* GetDevice's DeviceIndex *, between its entry and its return */
+	__u32 calls; /* module calls made while unknown */
+	__u32 pad;
 };
 
 /* One described value. Containers are followed by their items, pre-order; a dict's

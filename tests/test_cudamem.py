@@ -5,7 +5,10 @@ init(int) (tests/workloads/cuda_allocator.py). Checks the discovery (the exporte
 symbol, the RTTI name, the per-device vector, the DeviceStats validation) over real
 objects, the header's `cuda` and `mem` against the reference tracer (no device: False
 and null), and, with EVMBPF_TEST_ASSUME_CUDA=1 standing in for a device, that every
-enter carries the counters of that moment. The comparison with
+enter carries the counters of that moment. With the stand-in of the CUDA runtime's device
+functions (tests/standin/cudart: a current device per thread, two devices), c10's own
+device functions run in that real libc10_cuda.so: threads that set their device before a
+--pid attach, and CUDA's lazy init between two module calls. The comparison with
 torch.cuda.memory_stats_as_nested_dict() on a real device is scripts/gpu/mem.sh."""
 import os
 import subprocess
@@ -17,6 +20,7 @@ from evmbpf_testlib import OWN_WORKLOADS, ROOT, chroot_dir, chroot_target, compa
 
 WORKLOAD = os.path.join(OWN_WORKLOADS, "cuda_allocator.py")
 FETCH = os.path.join(ROOT, "scripts", "torch-cuda.sh")
+STANDIN_C = os.path.join(ROOT, "tests", "standin", "cudart", "cudart_devices.c")
 
 
 def expected(k):
@@ -35,13 +39,19 @@ def torch_cuda():
     return r.stdout.strip()
 
 
-def target(tmp_path, torch_cuda, **env):
+def target(tmp_path, torch_cuda, standin=False, **env):
     t = chroot_target("trixie").with_outdir(tmp_path)
     t.env = dict(t.env)
     t.env["EVMBPF_CHROOT_BIND"] += f" {torch_cuda}:/evmbpf/torch-cuda"
     for key in ("EVMBPF_TEST_ASSUME_CUDA", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_ALLOCATOR_INIT",
-                "CUDA_ALLOCATOR_POKE"):
+                "CUDA_ALLOCATOR_POKE", "CUDA_ALLOCATOR_STANDIN", "CUDA_ALLOCATOR_THREADS"):
         t.env.pop(key, None)
+    if standin:
+        # the runtime's device functions for two devices, built here, seen in the chroot
+        # through the bound output folder
+        so = tmp_path / "libcudart_devices.so"
+        subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(so), STANDIN_C], check=True)
+        t.env["CUDA_ALLOCATOR_STANDIN"] = "/evmbpf/out/libcudart_devices.so"
     t.env.update(env)
     return t
 
@@ -99,8 +109,8 @@ def test_counters_at_every_enter(evmbpf, tmp_path, torch_cuda, monkeypatch, mode
     the attach (right from its first event); launched, initialised after the probes were
     placed (the first call, held, sees it)."""
     monkeypatch.setenv("EVMBPF_TEST_ASSUME_CUDA", "1")  # the tracer's, for --pid
-    t = target(tmp_path, torch_cuda, EVMBPF_TEST_ASSUME_CUDA="1", CUDA_ALLOCATOR_POKE="1",
-               CUDA_ALLOCATOR_INIT="build" if mode == "pid" else "run")
+    t = target(tmp_path, torch_cuda, standin=True, EVMBPF_TEST_ASSUME_CUDA="1",
+               CUDA_ALLOCATOR_POKE="1", CUDA_ALLOCATOR_INIT="build" if mode == "pid" else "run")
     if mode == "launch":
         t.env["CUDA_ALLOCATOR_RAISE"] = "1"  # and an error event at the end
     got, err = attached(t, tmp_path) if mode == "pid" else launched(t, tmp_path, rc=1)
@@ -135,3 +145,41 @@ def test_layout_that_does_not_validate(evmbpf, tmp_path, torch_cuda, monkeypatch
     assert all(e["mem"] is None for e in enters(got)) and enters(got)
     warnings = [line for line in err.splitlines() if "warning: CUDA memory" in line]
     assert len(warnings) == 1 and "layout" in warnings[0], err
+
+
+def device(d):
+    allocated, peak, reserved = 1000 * (d + 1), 3000 * (d + 1), (1 << 21) * (d + 1)
+    return {"allocated": allocated, "reserved": reserved, "max_allocated": peak}
+
+
+def test_devices_set_before_the_attach(evmbpf, tmp_path, torch_cuda, monkeypatch):
+    """Threads that set device 1 (c10::cuda::SetDevice) before a --pid attach get device
+    1's counters once c10::cuda::GetDevice has told their device (as every CUDA operation
+    asks it); the main thread, there before too, device 0's; a module call of a thread
+    not seen since the attach has `mem` null, with one warning, never device 0's."""
+    monkeypatch.setenv("EVMBPF_TEST_ASSUME_CUDA", "1")
+    t = target(tmp_path, torch_cuda, standin=True, EVMBPF_TEST_ASSUME_CUDA="1",
+               CUDA_ALLOCATOR_THREADS="1")
+    got, err = attached(t, tmp_path)
+    ev = enters(got)
+    assert len(ev) == 4 * 7, [e["module"] for e in ev]
+    want = {1: device(0), 2: device(1), 3: None, 4: device(1)}
+    assert [e["mem"] for e in ev] == [want[e["forward"]] for e in ev], err
+    warnings = [line for line in err.splitlines() if "warning: CUDA memory" in line]
+    assert len(warnings) == 1 and "before evmbpf" in warnings[0], err
+
+
+@pytest.mark.parametrize("mode", ["pid", "launch"])
+def test_init_between_two_calls(evmbpf, tmp_path, torch_cuda, monkeypatch, mode):
+    """CUDA's lazy init (device_count_ensure_non_zero, then the allocator's init) just
+    before a module call, after the first one: that call already carries the counters
+    (the target stops there until the devices are found), not 100 ms later."""
+    monkeypatch.setenv("EVMBPF_TEST_ASSUME_CUDA", "1")
+    t = target(tmp_path, torch_cuda, standin=True, EVMBPF_TEST_ASSUME_CUDA="1",
+               CUDA_ALLOCATOR_POKE="1", CUDA_ALLOCATOR_INIT="between")
+    got, err = attached(t, tmp_path) if mode == "pid" else launched(t, tmp_path)
+    ev = enters(got)
+    assert len(ev) == 4 * 7, [e["module"] for e in ev]
+    assert [e["mem"] for e in ev] == [
+        None if e["forward"] == 1 else expected(e["forward"] - 1) for e in ev], err
+    assert "warning" not in err, err

@@ -4,7 +4,8 @@
 # nested_dict() in-process), field by field. Scenarios (tests/gpu/mem_workload.py):
 # allocations and frees between calls, a peak reset, empty_cache, an OOM caught and
 # retried smaller, two devices when there are two; plain and with expandable segments;
-# an uncaught OOM (the error event); each by --pid and launched.
+# an uncaught OOM (the error event); each by --pid and launched; CUDA's lazy init between
+# two module calls; with two devices, a process that set device 1 before the --pid attach.
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 cd "$REPO"
@@ -31,8 +32,9 @@ if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
 	exit 1
 fi
 echo "mem: torch $("$PY" -c 'import torch; print(torch.__version__, "devices", torch.cuda.device_count())' 2>&1 | tail -1)"
+two=1
 "$PY" -c 'import torch; assert torch.cuda.device_count() >= 2' 2>/dev/null ||
-	echo "mem: one device: the two-device scenario does not run"
+	{ two=0; echo "mem: one device: the two-device scenarios do not run"; }
 fail=0
 run_one() { # NAME MODE ENV...
 	local name="$1" mode="$2"; shift 2
@@ -59,7 +61,9 @@ for mode in pid launch; do
 	run_one plain "$mode" MEM_SCENARIO=all
 	run_one expandable "$mode" MEM_SCENARIO=all PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 	run_one oom-uncaught "$mode" MEM_SCENARIO=uncaught
+	run_one lazy-init "$mode" MEM_SCENARIO=lazy
 done
+[ "$two" = 1 ] && run_one set-device-1 pid MEM_SCENARIO=basic MEM_DEVICE=1
 run_one async launch MEM_SCENARIO=basic PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
 echo "mem: traces and stderr in $OUT"
 exit $fail

@@ -5,7 +5,11 @@ allocator's counters change between module calls. MEM_SCENARIO:
             probe), and, with two devices, a model on cuda:1 called under
             torch.cuda.device(1) and after torch.cuda.set_device(1)
   basic     a few forwards
-  uncaught  an OOM that escapes run(): the error event's mem"""
+  uncaught  an OOM that escapes run(): the error event's mem
+  lazy      CUDA untouched until run(): a forward on the CPU, then CUDA's lazy init and
+            at once a forward on the GPU (the first enter after the init has counters)
+MEM_DEVICE=N: build() calls torch.cuda.set_device(N) first (by --pid: a thread that set
+its device before the attach), and the model lives there."""
 import os
 
 import torch
@@ -44,8 +48,15 @@ class Huge(nn.Module):
         return torch.empty(rows, 1 << 20, device=x.device)  # rows MiB * 4
 
 
+DEVICE = os.environ.get("MEM_DEVICE")
+
+
 def build():
     torch.manual_seed(0)
+    if SCENARIO == "lazy":
+        return Model()  # on the CPU: CUDA not initialised
+    if DEVICE is not None:
+        torch.cuda.set_device(int(DEVICE))
     model = Model().cuda()
     model.huge = Huge()
     if torch.cuda.device_count() >= 2 and SCENARIO == "all":
@@ -54,6 +65,13 @@ def build():
 
 
 def run(model):
+    if SCENARIO == "lazy":
+        model(torch.ones(8, 1024))
+        model = model.cuda()  # CUDA's lazy init here
+        x = torch.ones(8, 1024, device="cuda")
+        for k in range(3):
+            model(x, rows=256 * (k + 1))
+        return
     x = torch.ones(8, 1024, device="cuda")
     if SCENARIO == "uncaught":
         model(x)

@@ -10,6 +10,8 @@
 #include "evmbpf.h"
 #include "util.h"
 
+struct bpf_link;
+
 /* allocated_bytes / reserved_bytes [AGGREGATE] within DeviceStats (torch 2.x headers),
  * and DeviceStats within DeviceCachingAllocator (after its std::recursive_mutex). */
 #define CUDA_STATS_IN_DEVICE 40
@@ -24,6 +26,7 @@ enum cudamem_state {
 };
 
 #define CUDAMEM_TIDS 64
+#define CUDAMEM_INIT_HOLDS 8
 
 struct cudamem {
 	pid_t pid;
@@ -40,6 +43,21 @@ struct cudamem {
 	uint64_t stats[CUDA_MAX_DEVICES];  /* DeviceStats per device */
 	uint64_t set_device_off[8];  /* file offsets of the device-setting functions */
 	int nset_device;
+	uint64_t get_device_off;     /* c10::cuda::GetDevice(DeviceIndex *), 0: none */
+	uint64_t init_off;           /* c10::cuda::device_count_ensure_non_zero(), 0: none */
+	struct bpf_link *links[12];  /* the probes above, placed once the library is mapped */
+	int nlinks;
+	struct bpf_link *reveal[2];  /* GetDevice's entry and return, while threads are unknown */
+	int nreveal;
+	int nunknown;                /* threads listed as unknown when the probes were placed */
+	uint64_t first_mem_ns;       /* CLOCK_MONOTONIC of the first REC_MEM: the reveal window */
+	uint64_t unknown_calls;      /* module calls of threads whose device was unknown */
+	int warned_unknown;
+	struct bpf_link *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
+	int ld_tried;
+	int in_load_stop;
+	int load_stops;
+	int init_holds;              /* stops at a module call after device_count_ensure_non_zero */            /* handling a stop at a dlopen: no code of the new library ran */
 	int available;               /* the header's cuda, once decided; -1 not yet */
 	int warned;
 	int cpu_torch;                /* torch loaded, libc10_cuda.so not: never CUDA */

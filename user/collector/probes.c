@@ -214,6 +214,7 @@ void session_detach(struct session *s)
 	for (int i = 0; i < s->nlinks; i++)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
+	cudamem_session_detach(s);
 	bound_detach(); /* after the entry probe that finds bound calls */
 	samples_detach(s);
 }

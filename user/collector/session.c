@@ -35,7 +35,7 @@ int session_record(void *ctx, void *data, size_t size)
 	if (s->execed)
 		return 0; /* records of the new program, seen before the session ended */
 	if (size >= sizeof(struct rec_mem) && h->kind == REC_MEM) {
-		cudamem_record(&s->cuda, data);
+		cudamem_session_record(s, data);
 		return 0;
 	}
 	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXEC &&

@@ -57,6 +57,10 @@ int session_finish(struct session *s);
 void cudamem_session_step(struct session *s);
 /* the first module call, held: CUDA initialised just before it is seen there */
 void cudamem_session_held(struct session *s, uint32_t tid);
+/* a REC_MEM record (MEM_F_INIT: the target stopped at CUDA's init, continued here) */
+void cudamem_session_record(struct session *s, const struct rec_mem *r);
+/* the probes on libc10_cuda.so go (at the detach) */
+void cudamem_session_detach(struct session *s);
 
 /* probes.c */
 int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);

@@ -74,12 +74,21 @@ static __always_inline __s32 key_index(__u64 keys, __u64 lo, __u64 hi, __u32 len
 	return -1;
 }
 
+/* Global (split.bpf.h): verified once for any name, not once for each of get_attr's
+ * names and dict layouts. */
+__noinline __s32 key_find(__u64 keys, __u64 lo, __u64 hi, __u32 len, __u64 *value)
+{
+	if (!value)
+		return -1;
+	return key_index(keys, lo, hi, len, value);
+}
+
 /* Scan a keys object's entries for the name; the value from `values` (split: values[i])
  * or from the entry itself (combined). */
 static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
 {
 	__u64 value = 0;
-	__s32 i = key_index(keys, lo, hi, len, &value);
+	__s32 i = key_find(keys, lo, hi, len, &value);
 	if (i < 0 || i >= ATTR_SCAN)
 		return 0;
 	return values ? rd64(values + pyo.dictvalues_values + i * 8) : value;
@@ -109,7 +118,7 @@ static __always_inline __u64 dict_get(__u64 dict, __u64 lo, __u64 hi, __u32 len)
 	return scan_keys(keys, rd64(dict + pyo.dict_values), lo, hi, len);
 }
 
-static __noinline __u64 get_attr(__u64 obj, __u32 which)
+__noinline __u64 get_attr(__u64 obj, __u32 which)
 {
 	__u64 lo, hi;
 	__u32 len;

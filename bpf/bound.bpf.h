@@ -53,7 +53,7 @@ static __always_inline __u64 unref(__u64 v)
 
 /* Is this code object Module.__call__'s (torch 1.x _call_impl, 2.x _wrapped_call_impl
  * around _call_impl)? Judged by co_name once per code object. */
-static __noinline int is_call_code(__u64 code)
+__noinline int is_call_code(__u64 code)
 {
 	if (!code)
 		return 0;

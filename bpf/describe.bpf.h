@@ -9,6 +9,7 @@
 
 #include "values.bpf.h"
 #include "kvcache.bpf.h"
+#include "split.bpf.h"
 
 static long describe_step(__u32 idx, void *ctx)
 {
@@ -99,7 +100,7 @@ static long describe_step(__u32 idx, void *ctx)
 	switch (kind) {
 	case T_BOOL:
 	case T_INT:
-		emit_int(s, n, obj, kind);
+		node_int(obj, kind);
 		break;
 	case T_FLOAT:
 		n->kind = N_FLOAT;
@@ -108,21 +109,21 @@ static long describe_step(__u32 idx, void *ctx)
 		break;
 	case T_STR:
 		n->kind = N_STR;
-		emit_str(s, n, obj);
+		node_str(obj);
 		break;
 	case T_TUPLE:
 	case T_LIST:
-		expand_seq(s, n, obj, kind, depth, is_key);
+		node_seq(obj, kind, depth, is_key);
 		break;
 	case T_DICT:
-		expand_dict(s, n, obj, depth);
+		node_dict(obj, depth);
 		break;
 	case T_TENSOR:
 		n->kind = N_TENSOR;
-		emit_tensor(s, n, obj);
+		node_tensor(obj);
 		break;
 	case T_CACHE:
-		emit_cache(s, n, obj);
+		node_cache(obj);
 		break;
 	default:
 		n->kind = N_OTHER;

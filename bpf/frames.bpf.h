@@ -50,7 +50,7 @@ static __always_inline __u64 tstate_frame(__u64 tstate)
 
 /* The code objects (and first locals) of the Python frames under this call. May hold
  * the target (hold_codes) unless the caller holds it anyway. */
-static __always_inline void report_stack(int may_hold)
+static __always_inline void report_stack_walk(int may_hold)
 {
 	__u32 zero = 0;
 	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
@@ -68,11 +68,14 @@ static __always_inline void report_stack(int may_hold)
 		frame = rd64(frame + pyo.frame_back);
 		n++;
 	}
+	/* the count read back from the record: to the verifier any count, so the loop below
+	 * is checked once, not once for each length the walk above can end with */
+	r->n = n;
 	r->flags = 0;
 	if (hold_codes && may_hold) {
 		__u8 one = 1;
 		for (int i = 0; i < STACK_FRAMES_MAX; i++) {
-			if (i >= n)
+			if (i >= *(volatile __u32 *)&r->n)
 				break;
 			__u64 code = r->code[i];
 			if (!code || bpf_map_lookup_elem(&known_codes, &code))
@@ -91,9 +94,15 @@ static __always_inline void report_stack(int may_hold)
 	r->hdr.pid = id >> 32;
 	r->hdr.tid = (__u32)id;
 	r->hdr.ts_ns = bpf_ktime_get_ns();
-	r->n = n;
 	if (bpf_ringbuf_output(&events, r, sizeof(*r), 0))
 		__sync_fetch_and_add(&dropped_records, 1);
+}
+
+/* Global (split.bpf.h): verified once, not in each of call_enter's paths. */
+__noinline int report_stack(int may_hold)
+{
+	report_stack_walk(may_hold);
+	return 0;
 }
 
 #endif /* EVMBPF_FRAMES_BPF_H */

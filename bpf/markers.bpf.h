@@ -88,7 +88,7 @@ static __always_inline __u64 gen_first_local(__u64 gen)
 }
 
 /* The innermost marker active on this thread; forgets the ones that are over. */
-static __always_inline __u64 active_marker(void)
+static __always_inline __u64 active_marker_walk(void)
 {
 	if (!markers_live)
 		return 0;
@@ -114,6 +114,12 @@ static __always_inline __u64 active_marker(void)
 	return inner;
 }
 
+/* Global (split.bpf.h): verified once, not in each state of each caller. */
+__noinline __u64 active_marker(void)
+{
+	return active_marker_walk();
+}
+
 /* Is this code object's file evalmetry/debug.py (the host's markers and note_samples)? */
 static __always_inline int code_in_host(__u64 code)
 {
@@ -123,7 +129,7 @@ static __always_inline int code_in_host(__u64 code)
 	       name_is(file + pyo.str_ascii_data + len - 18, "evalmetry/debug.py", 18);
 }
 
-static __always_inline __u8 marker_code_kind(__u64 code)
+static __always_inline __u8 marker_code_kind_of(__u64 code)
 {
 	__u8 *cached = bpf_map_lookup_elem(&marker_codes, &code);
 	if (cached)
@@ -137,6 +143,12 @@ static __always_inline __u8 marker_code_kind(__u64 code)
 		kind = MARKER_NO_SAMPLES;
 	bpf_map_update_elem(&marker_codes, &code, &kind, BPF_ANY);
 	return kind;
+}
+
+/* Global (split.bpf.h): marker_seen calls it for each of 4 candidates. */
+__noinline __u8 marker_code_kind(__u64 code)
+{
+	return marker_code_kind_of(code);
 }
 
 /* The first few attribute values of an instance (a _GeneratorContextManager keeps

@@ -53,7 +53,7 @@ static long orphan_step(__u64 index, void *ctx)
  * their frames are gone from its Python stack (or hold another call). Reported
  * innermost first. They enclose every call seen since, so none can have returned while
  * one of those is open: only then is the stack walked. */
-static __always_inline void check_orphans(void)
+static __always_inline void check_orphans_walk(void)
 {
 	if (!orphans_pending || !cfg.runtime)
 		return;
@@ -70,17 +70,20 @@ static __always_inline void check_orphans(void)
 	__u32 n = w.n, live = w.live;
 	if (live == (1u << n) - 1)
 		return;
-	__u32 keep = 0;
+	/* the kept ones counted in o->n, read back: to the verifier any count, so the loop
+	 * is checked once, not once for each number kept so far */
+	o->n = 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 marker = active_marker();
 	for (int i = 0; i < ORPHANS_MAX; i++) {
 		if (i >= n)
 			break;
 		if (live & (1u << i)) {
-			o->frame[keep & (ORPHANS_MAX - 1)] = o->frame[i];
-			o->first[keep & (ORPHANS_MAX - 1)] = o->first[i];
-			o->self[keep & (ORPHANS_MAX - 1)] = o->self[i];
-			keep++;
+			__u32 keep = *(volatile __u32 *)&o->n & (ORPHANS_MAX - 1);
+			o->frame[keep] = o->frame[i];
+			o->first[keep] = o->first[i];
+			o->self[keep] = o->self[i];
+			o->n = keep + 1;
 			continue;
 		}
 		struct rec_orphan *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
@@ -97,11 +100,17 @@ static __always_inline void check_orphans(void)
 		r->marker = marker;
 		bpf_ringbuf_submit(r, 0);
 	}
-	o->n = keep;
-	if (!keep) {
+	if (!*(volatile __u32 *)&o->n) {
 		bpf_map_delete_elem(&orphans, &tstate);
 		__sync_fetch_and_add(&orphans_pending, -1);
 	}
+}
+
+/* Global (split.bpf.h): verified once, not in each of call_enter's paths. */
+__noinline int check_orphans(void)
+{
+	check_orphans_walk();
+	return 0;
 }
 
 #endif /* EVMBPF_ORPHANS_BPF_H */

@@ -37,7 +37,7 @@ struct {
 /* What kind of object a type makes. Walks tp_base for float, Tensor and Module. */
 static __always_inline __u8 classify_type_slow(__u64 type);
 
-static __noinline __u8 classify_type(__u64 type)
+__noinline __u8 classify_type(__u64 type)
 {
 	__u32 zero = 0;
 	struct type_cache *tc = bpf_map_lookup_elem(&type_cache, &zero);

@@ -112,6 +112,16 @@ def rank_main(rank, world, args):
             work()
     dist.barrier()
     dist.destroy_process_group()
+    # rank 0 hosts the env:// store and leaves last: a slower rank (traced, on a loaded
+    # machine) can still be in destroy_process_group, waiting on the store, when a fast
+    # rank 0 has exited (torchrun, 4 ranks: it waited until the store's timeout)
+    open(os.path.join(args.dir, f"done-rank{rank}"), "w").close()
+    if rank == 0:
+        deadline = time.monotonic() + args.timeout
+        others = [os.path.join(args.dir, f"done-rank{r}") for r in range(1, world)
+                  if r != args.kill_rank]
+        while time.monotonic() < deadline and not all(map(os.path.exists, others)):
+            time.sleep(0.01)
 
 
 def spawned(index, world, args):

@@ -85,6 +85,30 @@ static void numeric_probe_setup(struct evmbpf_bpf *skel, int numeric)
 	bpf_map__set_max_entries(skel->maps.tensor_bytes_map, max && cpus > 0 ? (uint32_t)cpus : 1);
 }
 
+/* -v: the instructions the verifier went through for each program loaded (call_enter's
+ * against its limit of 1M), and their sum: most of the attach's CPU time. */
+static void verified_report(struct bpf_object *obj)
+{
+	char line[1024];
+	int len = 0;
+	unsigned long total = 0;
+	struct bpf_program *p;
+	bpf_object__for_each_program(p, obj) {
+		struct bpf_prog_info info = {0};
+		uint32_t ilen = sizeof(info);
+		int fd = bpf_program__fd(p);
+		if (fd < 0 || bpf_obj_get_info_by_fd(fd, &info, &ilen))
+			continue;
+		if (!strcmp(bpf_program__name(p), "call_enter"))
+			debugx("call_enter: %u instructions verified", info.verified_insns);
+		total += info.verified_insns;
+		if (len < (int)sizeof(line))
+			len += snprintf(line + len, sizeof(line) - len, " %s %u", bpf_program__name(p),
+					info.verified_insns);
+	}
+	debugx("instructions verified: %lu in all:%s", total, line);
+}
+
 int session_load(struct session *s)
 {
 	struct target *t = &s->target;
@@ -137,6 +161,13 @@ int session_load(struct session *s)
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */
 	skel->rodata->wakeup_bytes = (uint64_t)s->opts->ringbuf_mb << 18;
+	/* only the marker probe this Python's `with` takes is loaded (each is verified) */
+	bpf_program__set_autoload(skel->progs.marker_enter,
+				  t->gen_type && t->lookup_special_kind == LOOKUP_STR);
+	bpf_program__set_autoload(skel->progs.marker_enter_ident,
+				  t->gen_type && t->lookup_special_kind == LOOKUP_IDENTIFIER);
+	bpf_program__set_autoload(skel->progs.marker_enter_stackref,
+				  t->gen_type && t->lookup_special_kind == LOOKUP_STACKREF);
 	int err = evmbpf_bpf__load(skel);
 	if (err) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers, "
@@ -144,12 +175,8 @@ int session_load(struct session *s)
 		       strerror(-err));
 		return -1;
 	}
-	if (verbose) { /* the verifier's count, against its limit of 1M (-v) */
-		struct bpf_prog_info info = {0};
-		uint32_t len = sizeof(info);
-		if (!bpf_obj_get_info_by_fd(bpf_program__fd(skel->progs.call_enter), &info, &len))
-			debugx("call_enter: %u instructions verified", info.verified_insns);
-	}
+	if (verbose)
+		verified_report(skel->obj);
 	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;

@@ -30,6 +30,7 @@ struct {
 struct open_call {
 	__u64 sp;
 	__u64 self;
+	__u64 known; /* bound.bpf.h: a frame whose callees call this module's children directly */
 };
 
 struct call_stack {

@@ -23,7 +23,7 @@
 static struct bpf_link *links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
-static int said_full, said_failed;
+static int said_full, said_failed, said_nested, said_deep;
 
 static struct bpf_link *watch(struct session *s, pid_t tid, uint64_t addr)
 {
@@ -58,8 +58,9 @@ static void set_state(struct session *s, uint32_t tid, uint64_t next_at, uint8_t
 	for (int i = 0; i < BOUND_SITES; i++)
 		if (i < (int)bt.nsites && bt.next_at[i] == next_at)
 			bt.state[i] = state;
-	if (state == BOUND_FAILED)
-		bt.open = 0;
+	if (state == BOUND_FAILED && bt.nopen && bt.nopen <= BOUND_OPEN &&
+	    bt.open[bt.nopen - 1].next == next_at)
+		bt.nopen--; /* the call that found it: not traced */
 	bpf_map_update_elem(fd, &tid, &bt, BPF_EXIST);
 }
 
@@ -71,6 +72,20 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			       "model.__call__; step(x)`) from more than %d places, and x86 has 4 debug "
 			       "registers: calls from the others are not traced (see docs/design.md)",
 			       r->hdr.tid, BOUND_SITES);
+		return;
+	}
+	if ((r->flags >> 8) & BOUND_SITE_F_NESTED) {
+		if (!said_nested++)
+			warnx_("warning: thread %u entered two modules through their bound __call__ "
+			       "(e.g. `self.block.__call__(x)`) without a module call between their "
+			       "entries: neither is traced (see docs/design.md)", r->hdr.tid);
+		return;
+	}
+	if ((r->flags >> 8) & BOUND_SITE_F_DEEP) {
+		if (!said_deep++)
+			warnx_("warning: thread %u has more than %d modules called through their bound "
+			       "__call__ running at once: the inner ones are not traced (see "
+			       "docs/design.md)", r->hdr.tid, BOUND_OPEN);
 		return;
 	}
 	struct bpf_link *call = NULL, *ret = NULL;

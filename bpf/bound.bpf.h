@@ -41,6 +41,8 @@ static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
 __u32 bound_hold = 0;
+/* Set by user space: bound calls are not followed (a tier-2 optimizer or JIT). */
+__u32 bound_off = 0;
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -53,7 +55,7 @@ static __always_inline __u64 unref(__u64 v)
 
 /* Is this code object Module.__call__'s (torch 1.x _call_impl, 2.x _wrapped_call_impl
  * around _call_impl)? Judged by co_name once per code object. */
-static __noinline int is_call_code(__u64 code)
+__noinline int is_call_code(__u64 code)
 {
 	if (!code)
 		return 0;
@@ -88,36 +90,38 @@ __noinline __u64 frame_module(__u64 frame)
 
 struct bound_walk {
 	__u64 frame;
-	__u64 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
-	__u64 open[BOUND_OPEN]; /* the open bound calls' frames */
-	__u32 nopen;
-	__u32 steps;
 	__u64 parent;  /* the innermost recorded call's module, 0: none open */
-	__u64 known;   /* the frame above the first: where the walk stopped at the parent */
 	__u64 gself;   /* the outermost group of Module.__call__ frames without a record: */
-	__u64 ginner;  /* its module, innermost and outermost frame */
-	__u64 gouter;
-	__u32 ngroups; /* such groups (one module each) */
-	__u32 stop;    /* WALK_OPEN (open[hit]), WALK_PARENT, 0: the chain's end */
+	__u64 ginner;  /* its module and innermost frame */
+	__u32 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
+	__u16 steps;
+	__u8 ngroups;  /* such groups (one module each) */
+	__u8 stop;     /* WALK_OPEN (open[hit]), WALK_PARENT, 0: the chain's end */
 	__u32 hit;
 	__u32 pad;
 };
 
-/* From the innermost frame out: stop at an open bound call's frame or at the recorded
- * parent's; the Module.__call__ frames on the way have no record (bound calls). */
+/* From the innermost frame out: stop at an open bound call's frame (a Module.__call__
+ * frame: bound_threads is looked at only there) or at the recorded parent's; the
+ * Module.__call__ frames on the way have no record (bound calls). The BPF stack of
+ * call_enter -> check_bound -> here -> frame_module -> classify_type is 512 bytes: the
+ * walk's state stays small. */
 static long bound_step(__u64 index, void *ctx)
 {
 	struct bound_walk *w = ctx;
 	__u64 frame = w->frame;
 	if (!frame)
 		return 1;
-	for (int j = BOUND_OPEN - 1; j >= 0; j--)
-		if (j < w->nopen && w->open[j] == frame) {
-			w->stop = WALK_OPEN;
-			w->hit = j;
-			return 1;
-		}
 	if (is_call_code(unref(rd64(frame + w->code_at)))) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+		if (st)
+			for (int j = BOUND_OPEN - 1; j >= 0; j--)
+				if (j < st->nopen && st->open[j].frame == frame) {
+					w->stop = WALK_OPEN;
+					w->hit = j;
+					return 1;
+				}
 		__u64 self = frame_module(frame);
 		if (self && self == w->parent) {
 			w->stop = WALK_PARENT;
@@ -125,16 +129,15 @@ static long bound_step(__u64 index, void *ctx)
 		}
 		if (self) {
 			if (self != w->gself) {
-				w->ngroups++;
+				if (w->ngroups < 255)
+					w->ngroups++;
 				w->gself = self;
 				w->ginner = frame;
 			}
-			w->gouter = frame;
 		}
 	}
 	w->frame = rd64(frame + pyo.frame_back);
-	if (++w->steps == 1)
-		w->known = w->frame;
+	w->steps++;
 	return 0;
 }
 
@@ -142,6 +145,7 @@ struct bound_scan {
 	__u64 at;     /* the slot looked at */
 	__u64 self;
 	__u64 slot;   /* found: where the result goes */
+	__u64 first;  /* 3.9/3.10: the call's first positional arg, 0 when it has none */
 	__u32 left;
 	__u16 func_code;
 	__u8 method_below; /* 3.11/3.12: a bound method's call result replaces the NULL below it */
@@ -167,7 +171,8 @@ static long bound_scan_step(__u64 index, void *ctx)
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
-		if (c->self_alone && v == c->self) {
+		if (c->self_alone && v == c->self &&
+		    (!c->first || unref(rd64(c->at + 8)) == c->first)) {
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
@@ -316,6 +321,11 @@ __noinline int bound_old_site(__u64 Rin, __u64 C, __u64 self)
 		.method_below = op == OP_CALL_METHOD_310,
 		.self_alone = 1,
 	};
+	/* the slot holding self has the call's first arg above it: another self lower on
+	 * the stack (`pair(model, step(x))`) has not */
+	__u64 args = st ? st->args : 0;
+	if (args && (__s64)rd64(args + 16) > 0)
+		c.first = rd64(args + pyo.tuple_items);
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
 	if (!c.slot)
 		return 0;
@@ -386,6 +396,27 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 	return bound_arm(st, Rin, C, self, code, call_at, next_at, c.slot);
 }
 
+/* The running thread's innermost frame, as frames.bpf.h's tstate_frame(current_tstate())
+ * but with 3.12+'s GIL (the main interpreter's, fixed) read once. */
+__u64 bound_gil = 0;
+
+static __always_inline __u64 bound_frame(void)
+{
+	__u64 tstate;
+	if (pyo.rt_tstate_current) {
+		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
+	} else {
+		__u64 gil = bound_gil;
+		if (!gil) {
+			__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+			gil = interp ? rd64(interp + pyo.interp_gil) : 0;
+			bound_gil = gil;
+		}
+		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
+	}
+	return tstate_frame(tstate);
+}
+
 static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -408,22 +439,21 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * first frame or one further, that frame is kept in the parent's open call: the next
  * child called from a frame above it needs no walk. A global function: the verifier
  * checks it once, not inside each caller's paths. */
-__noinline int check_bound(__u64 parent, __u64 frame)
+__noinline int check_bound(__u64 parent, __u64 known, __u64 sp)
 {
 	if (!cfg.runtime)
+		return 0;
+	if (parent && !sp)
+		return 0; /* called from a C stack depth a walk cleared */
+	__u64 frame = bound_frame();
+	if (!frame || (known && rd64(frame + pyo.frame_back) == known))
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
-	struct bound_walk w = { .frame = frame ? frame : tstate_frame(current_tstate()),
+	struct bound_walk w = { .frame = frame,
 				.code_at = old ? pyo.frameobj_code : pyo.iframe_code,
 				.parent = parent };
-	if (st) {
-		__u32 n = st->nopen;
-		w.nopen = n < BOUND_OPEN ? n : BOUND_OPEN;
-		for (int j = 0; j < BOUND_OPEN; j++)
-			w.open[j] = st->open[j].frame;
-	}
 	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);
 	if (parent && w.stop != WALK_PARENT && w.stop != WALK_OPEN)
 		return 0; /* the parent's frame not found: nothing is said of what is between */
@@ -437,12 +467,20 @@ __noinline int check_bound(__u64 parent, __u64 frame)
 		if (w.stop == WALK_PARENT && w.steps <= 2) {
 			struct call_stack *cs = bpf_task_storage_get(&open_calls,
 								     bpf_get_current_task_btf(), 0, 0);
-			if (cs && cs->n && cs->n <= CALLS_MAX)
-				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known = w.known;
+			if (cs && cs->n && cs->n <= CALLS_MAX) {
+				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known =
+					rd64(frame + pyo.frame_back);
+				if (pyo.version <= 312)
+					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
+			}
 		}
 		return 0;
 	}
-	__u64 R = w.gouter, self = w.gself;
+	/* the group's outermost frame: torch 2's _wrapped_call_impl around _call_impl */
+	__u64 self = w.gself, R = w.ginner;
+	__u64 up = rd64(R + pyo.frame_back);
+	if (up && is_call_code(unref(rd64(up + w.code_at))) && frame_module(up) == self)
+		R = up;
 	if (w.ngroups > 1) {
 		/* two bound calls entered since the last module call: one description pass
 		 * describes one call's args; neither is written */
@@ -466,26 +504,22 @@ __noinline int check_bound(__u64 parent, __u64 frame)
 	return bound_new_site(R, w.ginner, C, self);
 }
 
-/* At a module call (open: the thread's recorded calls): 1 when a bound call was found
- * (check_bound). With a recorded call open, a child called by a frame right above the
- * one its last walk kept is an ordinary call: three or four reads, no walk. */
-static __always_inline int bound_check(struct call_stack *open)
+/* At a module call (open: the thread's recorded calls, sp: the call's stack pointer): 1
+ * when a bound call was found (check_bound). With a recorded call open, a child called
+ * from the C stack depth of a child the last walk cleared (3.9-3.12: a bound call's
+ * _call_impl enters its forward through C, one level deeper) costs no read; else one
+ * called by a frame right above the one that walk kept costs three or four reads. */
+static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 {
-	if (!cfg.runtime)
+	if (!cfg.runtime || bound_off)
 		return 0;
 	__u32 n = open ? open->n : 0;
 	if (!n)
-		return check_bound(0, 0);
+		return check_bound(0, 0, 0);
 	if (n > CALLS_MAX)
 		return 0;
 	struct open_call *top = &open->c[(n - 1) & (CALLS_MAX - 1)];
-	__u64 frame = tstate_frame(current_tstate());
-	if (!frame)
-		return 0;
-	__u64 known = top->known;
-	if (known && rd64(frame + pyo.frame_back) == known)
-		return 0;
-	return check_bound(top->self, frame);
+	return check_bound(top->self, top->known, sp == top->known_sp ? 0 : sp);
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */

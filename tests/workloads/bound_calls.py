@@ -128,6 +128,13 @@ def raises(model, x):
             pass
 
 
+def kwcall(model, x):
+    """A keyword in the call itself: CALL_KW on 3.13+, KW_NAMES + CALL on 3.11/3.12."""
+    step = model.__call__
+    for i in range(3):
+        step(x, scale=0.5 * i)
+
+
 def pair(a, b):
     return b
 
@@ -153,7 +160,7 @@ def run(model):
         return
     model(x)
     for name, work in (("dunder", dunder), ("kwargs", kwargs), ("positional", positional),
-                       ("raises", raises), ("lower", lower)):
+                       ("raises", raises), ("kwcall", kwcall), ("lower", lower)):
         if shape in (name, "all"):
             work(model, x)
     model(x)

@@ -92,7 +92,8 @@ struct bound_walk {
 	__u64 frame;
 	__u64 parent;  /* the innermost recorded call's module, 0: none open */
 	__u64 gself;   /* the outermost group of Module.__call__ frames without a record: */
-	__u64 ginner;  /* its module and innermost frame */
+	__u64 ginner;  /* its module, innermost and outermost frame */
+	__u64 gouter;
 	__u32 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
 	__u16 steps;
 	__u8 ngroups;  /* such groups (one module each) */
@@ -134,6 +135,7 @@ static long bound_step(__u64 index, void *ctx)
 				w->gself = self;
 				w->ginner = frame;
 			}
+			w->gouter = frame;
 		}
 	}
 	w->frame = rd64(frame + pyo.frame_back);
@@ -477,10 +479,7 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp)
 		return 0;
 	}
 	/* the group's outermost frame: torch 2's _wrapped_call_impl around _call_impl */
-	__u64 self = w.gself, R = w.ginner;
-	__u64 up = rd64(R + pyo.frame_back);
-	if (up && is_call_code(unref(rd64(up + w.code_at))) && frame_module(up) == self)
-		R = up;
+	__u64 self = w.gself, R = w.gouter;
 	if (w.ngroups > 1) {
 		/* two bound calls entered since the last module call: one description pass
 		 * describes one call's args; neither is written */

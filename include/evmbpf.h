@@ -269,11 +269,12 @@ struct rec_orphan {
 };
 
 /* Modules called through a bound __call__ (`step = model.__call__; step(**kw)`, as
- * transformers' generate() calls its model) pass through no slot_tp_call. The frame walk
- * at an outermost module call finds their Module.__call__ frame; the caller's call
- * instruction and the one after it (the resume point) get a hardware watchpoint each on
- * that thread (user space: perf_event_open), whose BPF program sees the call begin and
- * return. Per thread, keyed by tid; user space sets a site's state. */
+ * transformers' generate() calls its model, or `self.block.__call__(h)` inside a traced
+ * module) pass through no slot_tp_call. The frame walk at a module call finds their
+ * Module.__call__ frame; the caller's call instruction and the one after it (the resume
+ * point) get a hardware watchpoint each on that thread (user space: perf_event_open),
+ * whose BPF program sees the call begin and return. Per thread, keyed by tid; user space
+ * sets a site's state. */
 #define BOUND_SITES 2 /* call + return watchpoints each: x86 has 4 debug registers */
 #define BOUND_OPEN 4  /* bound calls open at once on a thread (nested: a root and submodules) */
 #define BOUND_ARMED 1

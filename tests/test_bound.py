@@ -198,3 +198,20 @@ def test_pyenv_standin(evmbpf, version, shape, tmp_path):
 def test_pyenv_standin_pid(evmbpf, version, shape, tmp_path):
     """--pid on pyenv's CPython: the bound calls after the attach are traced."""
     check_shape("pyenv" + version, shape, "pid", tmp_path)
+
+
+def test_sid_jit_said(evmbpf, tmp_path):
+    """sid's 3.14 is built with --enable-experimental-jit=yes-off: PYTHON_JIT=1 turns its
+    tier-2 optimizer on, whose traces do not fetch the call sites' bytecode. evmbpf says
+    so once and follows no bound call (an entry would have no exit); the ordinary
+    forwards are traced as usual."""
+    target = cell_target("sid").with_outdir(tmp_path)
+    target.env = dict(target.env or os.environ, PYTHON_JIT="1")
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.launch(workload("positional"), out)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("runs a tier-2 optimizer") == 1, result.stderr
+    got = load(out)
+    assert sum(e["event"] == "forward" for e in got) == 2  # model(x) before and after
+    enters = sum(e["event"] == "enter" for e in got)
+    assert enters == sum(e["event"] == "exit" for e in got) and enters > 0

@@ -41,6 +41,8 @@ static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
 __u32 bound_hold = 0;
+/* Set by user space: bound calls are not followed (a tier-2 optimizer or JIT). */
+__u32 bound_off = 0;
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -69,26 +71,75 @@ __noinline int is_call_code(__u64 code)
 	return verdict == 1;
 }
 
+/* A Module.__call__ frame's module: its first local, through a cell when a closure
+ * captures it (torch 2's _call_impl); 0 when it is none. A global function: verified
+ * once. */
+__noinline __u64 frame_module(__u64 frame)
+{
+	__u64 self = unref(rd64(frame + pyo.iframe_localsplus));
+	if (self && classify_type(rd64(self + 8)) != T_MODULE) {
+		self = rd64(self + 16);
+		if (!self || classify_type(rd64(self + 8)) != T_MODULE)
+			return 0;
+	}
+	return self;
+}
+
+#define WALK_OPEN 1   /* reached an open bound call's frame: inside it */
+#define WALK_PARENT 2 /* reached a Module.__call__ frame of the innermost recorded call */
+
 struct bound_walk {
 	__u64 frame;
-	__u64 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
-	__u64 stop;   /* the open call's frame: reaching it, that call is still running */
-	__u64 found;  /* the outermost Module.__call__ frame */
-	__u32 hit_stop;
+	__u64 parent;  /* the innermost recorded call's module, 0: none open */
+	__u64 gself;   /* the outermost group of Module.__call__ frames without a record: */
+	__u64 ginner;  /* its module, innermost and outermost frame */
+	__u64 gouter;
+	__u32 code_at; /* the code object's offset in a frame (3.9/3.10: a PyFrameObject) */
+	__u16 steps;
+	__u8 ngroups;  /* such groups (one module each) */
+	__u8 stop;     /* WALK_OPEN (open[hit]), WALK_PARENT, 0: the chain's end */
+	__u32 hit;
+	__u32 pad;
 };
 
+/* From the innermost frame out: stop at an open bound call's frame (a Module.__call__
+ * frame: bound_threads is looked at only there) or at the recorded parent's; the
+ * Module.__call__ frames on the way have no record (bound calls). The BPF stack of
+ * call_enter -> check_bound -> here -> frame_module -> classify_type is 512 bytes: the
+ * walk's state stays small. */
 static long bound_step(__u64 index, void *ctx)
 {
 	struct bound_walk *w = ctx;
-	if (!w->frame)
+	__u64 frame = w->frame;
+	if (!frame)
 		return 1;
-	if (w->frame == w->stop) {
-		w->hit_stop = 1;
-		return 1;
+	if (is_call_code(unref(rd64(frame + w->code_at)))) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+		if (st)
+			for (int j = BOUND_OPEN - 1; j >= 0; j--)
+				if (j < st->nopen && st->open[j].frame == frame) {
+					w->stop = WALK_OPEN;
+					w->hit = j;
+					return 1;
+				}
+		__u64 self = frame_module(frame);
+		if (self && self == w->parent) {
+			w->stop = WALK_PARENT;
+			return 1;
+		}
+		if (self) {
+			if (self != w->gself) {
+				if (w->ngroups < 255)
+					w->ngroups++;
+				w->gself = self;
+				w->ginner = frame;
+			}
+			w->gouter = frame;
+		}
 	}
-	if (is_call_code(unref(rd64(w->frame + w->code_at))))
-		w->found = w->frame;
-	w->frame = rd64(w->frame + pyo.frame_back);
+	w->frame = rd64(frame + pyo.frame_back);
+	w->steps++;
 	return 0;
 }
 
@@ -96,6 +147,7 @@ struct bound_scan {
 	__u64 at;     /* the slot looked at */
 	__u64 self;
 	__u64 slot;   /* found: where the result goes */
+	__u64 first;  /* 3.9/3.10: the call's first positional arg, 0 when it has none */
 	__u32 left;
 	__u16 func_code;
 	__u8 method_below; /* 3.11/3.12: a bound method's call result replaces the NULL below it */
@@ -121,7 +173,8 @@ static long bound_scan_step(__u64 index, void *ctx)
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
-		if (c->self_alone && v == c->self) {
+		if (c->self_alone && v == c->self &&
+		    (!c->first || unref(rd64(c->at + 8)) == c->first)) {
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
@@ -173,18 +226,22 @@ static __always_inline void bound_enter_record(__u64 self)
 	bpf_ringbuf_submit(r, 0);
 }
 
-/* A bound call found at R, called from C at call_at, resuming at next_at, its result
- * landing in slot: a new site is told to user space (which watches it), then the call's
- * entry goes out; 1: its args and kwargs (in bound_threads) go ahead of the call's own. */
-static __always_inline int bound_arm(struct bound_thread *st, __u32 tid, __u64 R, __u64 C,
-				     __u64 self, __u64 args, __u64 kwargs, __u64 code,
-				     __u64 call_at, __u64 next_at, __u64 slot)
+/* A bound call found (its outermost Module.__call__ frame R, innermost Rin), called from
+ * C at call_at, resuming at next_at, its result landing in slot: a new site is told to
+ * user space (which watches it), then the call's entry goes out and it is open on the
+ * thread; 1: its args and kwargs (in bound_threads) go ahead of the call's own. */
+static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C, __u64 self,
+				     __u64 code, __u64 call_at, __u64 next_at, __u64 slot)
 {
-	if (!st) {
-		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&bound_threads, &tid);
-		if (!st)
-			return 0;
+	if (!st)
+		return 0;
+	__u32 k = st->nopen;
+	if (k >= BOUND_OPEN) {
+		if (!(st->nested_said & 2)) {
+			st->nested_said |= 2;
+			bound_site_record(st, call_at, next_at, code, BOUND_SITE_F_DEEP << 8);
+		}
+		return 0;
 	}
 	int site = -1;
 	for (int i = 0; i < BOUND_SITES; i++)
@@ -212,14 +269,14 @@ static __always_inline int bound_arm(struct bound_thread *st, __u32 tid, __u64 R
 	}
 
 	bound_enter_record(self);
-	st->args = args;
-	st->kwargs = kwargs;
-	st->open = 1;
-	st->frame = R;
-	st->self = self;
-	st->caller = C;
-	st->slot = slot;
-	st->next = next_at;
+	k &= BOUND_OPEN - 1;
+	st->open[k].frame = Rin;
+	st->open[k].self = self;
+	st->open[k].caller = C;
+	st->open[k].slot = slot;
+	st->open[k].next = next_at;
+	st->open[k].call_at = call_at;
+	st->nopen = k + 1;
 	return 1;
 }
 
@@ -236,7 +293,7 @@ static __always_inline int bound_arm(struct bound_thread *st, __u32 tid, __u64 R
  * but CALL_FUNCTION_EX) puts self in the method's slot for the call's duration
  * (method_vectorcall's PY_VECTORCALL_ARGUMENTS_OFFSET): the lowest slot holding self
  * is taken then. A global function: verified once, not in check_bound's paths. */
-__noinline int bound_old_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kwargs)
+__noinline int bound_old_site(__u64 Rin, __u64 C, __u64 self)
 {
 	if (!C)
 		return 0;
@@ -266,16 +323,21 @@ __noinline int bound_old_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kw
 		.method_below = op == OP_CALL_METHOD_310,
 		.self_alone = 1,
 	};
+	/* the slot holding self has the call's first arg above it: another self lower on
+	 * the stack (`pair(model, step(x))`) has not */
+	__u64 args = st ? st->args : 0;
+	if (args && (__s64)rd64(args + 16) > 0)
+		c.first = rd64(args + pyo.tuple_items);
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
 	if (!c.slot)
 		return 0;
-	return bound_arm(st, tid, R, C, self, args, kwargs, code, call_at, call_at + 2, c.slot);
+	return bound_arm(st, Rin, C, self, code, call_at, call_at + 2, c.slot);
 }
 
 /* CPython 3.11+: the caller C is an _PyInterpreterFrame (see docs/design.md). A global
  * function, as bound_old_site: check_bound's frame stays small (the BPF stack of a
  * call chain is 512 bytes). */
-__noinline int bound_new_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kwargs)
+__noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
@@ -333,46 +395,130 @@ __noinline int bound_new_site(__u64 R, __u64 C, __u64 self, __u64 args, __u64 kw
 	if (!c.slot)
 		return 0;
 
-	return bound_arm(st, tid, R, C, self, args, kwargs, code, call_at, next_at, c.slot);
+	return bound_arm(st, Rin, C, self, code, call_at, next_at, c.slot);
 }
 
-/* At an outermost module call: a Module.__call__ running on this thread without a
- * record is a bound call; write its entry (before the call that found it), 1: its args
- * and kwargs (in bound_threads) go ahead of the call's own. A global
- * function: the verifier checks it once, not inside each caller's paths. */
-__noinline int check_bound(void)
+/* The running thread's innermost frame, as frames.bpf.h's tstate_frame(current_tstate())
+ * but with 3.12+'s GIL (the main interpreter's, fixed) read once. */
+__u64 bound_gil = 0;
+
+static __always_inline __u64 bound_frame(void)
+{
+	__u64 tstate;
+	if (pyo.rt_tstate_current) {
+		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
+	} else {
+		__u64 gil = bound_gil;
+		if (!gil) {
+			__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+			gil = interp ? rd64(interp + pyo.interp_gil) : 0;
+			bound_gil = gil;
+		}
+		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
+	}
+	return tstate_frame(tstate);
+}
+
+static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st) {
+		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&bound_threads, &tid);
+	}
+	if (!st || (st->nested_said & bit))
+		return;
+	st->nested_said |= bit;
+	bound_site_record(st, 0, 0, code, flag << 8);
+}
+
+/* At a module call: a Module.__call__ running on this thread between it and the
+ * innermost recorded call (parent: its module; 0 none: the whole chain), or the
+ * innermost open bound call, is a bound call; write its entry (before the call that
+ * found it), 1: its args and kwargs (in bound_threads) go ahead of the call's own. The
+ * walk starts at frame (0: the thread's innermost). Reaching the parent right above the
+ * first frame or one further, that frame is kept in the parent's open call: the next
+ * child called from a frame above it needs no walk. A global function: the verifier
+ * checks it once, not inside each caller's paths. */
+__noinline int check_bound(__u64 parent, __u64 known, __u64 sp)
 {
 	if (!cfg.runtime)
+		return 0;
+	if (parent && !sp)
+		return 0; /* called from a C stack depth a walk cleared */
+	__u64 frame = bound_frame();
+	if (!frame || (known && rd64(frame + pyo.frame_back) == known))
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
-	struct bound_walk w = { .frame = tstate_frame(current_tstate()),
-				.code_at = old ? pyo.frameobj_code : pyo.iframe_code };
-	if (st && st->open)
-		w.stop = st->frame;
+	struct bound_walk w = { .frame = frame,
+				.code_at = old ? pyo.frameobj_code : pyo.iframe_code,
+				.parent = parent };
 	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);
-	if (w.hit_stop)
-		return 0; /* inside the bound call already written */
-	if (st)
-		st->open = 0;
-	__u64 R = w.found;
-	if (!R)
+	if (parent && w.stop != WALK_PARENT && w.stop != WALK_OPEN)
+		return 0; /* the parent's frame not found: nothing is said of what is between */
+	if (st) {
+		if (w.stop == WALK_OPEN)
+			st->nopen = w.hit + 1; /* the ones inside it are over (they raised) */
+		else if (!parent)
+			st->nopen = 0;
+	}
+	if (!w.ngroups) {
+		if (w.stop == WALK_PARENT && w.steps <= 2) {
+			struct call_stack *cs = bpf_task_storage_get(&open_calls,
+								     bpf_get_current_task_btf(), 0, 0);
+			if (cs && cs->n && cs->n <= CALLS_MAX) {
+				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known =
+					rd64(frame + pyo.frame_back);
+				if (pyo.version <= 312)
+					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
+			}
+		}
 		return 0;
-	__u64 self = unref(rd64(R + pyo.iframe_localsplus));
-	if (self && classify_type(rd64(self + 8)) != T_MODULE) {
-		self = rd64(self + 16); /* a cell: a closure captures self */
-		if (!self || classify_type(rd64(self + 8)) != T_MODULE)
+	}
+	/* the group's outermost frame: torch 2's _wrapped_call_impl around _call_impl */
+	__u64 self = w.gself, R = w.gouter;
+	if (w.ngroups > 1) {
+		/* two bound calls entered since the last module call: one description pass
+		 * describes one call's args; neither is written */
+		bound_said(unref(rd64(R + (old ? pyo.frameobj_code : pyo.iframe_code))), 1,
+			   BOUND_SITE_F_NESTED);
+		return 0;
+	}
+	if (!st) {
+		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&bound_threads, &tid);
+		if (!st)
 			return 0;
 	}
-	__u64 args = unref(rd64(R + pyo.iframe_localsplus + 8));
-	__u64 kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
+	st->args = unref(rd64(R + pyo.iframe_localsplus + 8));
+	st->kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
 	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
 	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */
 	__u64 C = rd64(R + pyo.frame_back);
 	if (old)
-		return bound_old_site(R, C, self, args, kwargs);
-	return bound_new_site(R, C, self, args, kwargs);
+		return bound_old_site(w.ginner, C, self);
+	return bound_new_site(R, w.ginner, C, self);
+}
+
+/* At a module call (open: the thread's recorded calls, sp: the call's stack pointer): 1
+ * when a bound call was found (check_bound). With a recorded call open, a child called
+ * from the C stack depth of a child the last walk cleared (3.9-3.12: a bound call's
+ * _call_impl enters its forward through C, one level deeper) costs no read; else one
+ * called by a frame right above the one that walk kept costs three or four reads. */
+static __always_inline int bound_check(struct call_stack *open, __u64 sp)
+{
+	if (!cfg.runtime || bound_off)
+		return 0;
+	__u32 n = open ? open->n : 0;
+	if (!n)
+		return check_bound(0, 0, 0);
+	if (n > CALLS_MAX)
+		return 0;
+	struct open_call *top = &open->c[(n - 1) & (CALLS_MAX - 1)];
+	return check_bound(top->self, top->known, sp == top->known_sp ? 0 : sp);
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */
@@ -382,16 +528,29 @@ static __always_inline int bound_hit(__u64 addr)
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 	if (!st)
 		return 0;
+	__u64 cur = tstate_frame(current_tstate());
+	__u32 n = st->nopen;
 	for (int i = 0; i < BOUND_SITES; i++)
 		if (st->call_at[i] == addr) {
-			st->open = 0; /* a new call: one still open raised */
+			/* a new call: one still open from this site and frame raised */
+			for (int k = BOUND_OPEN - 1; k >= 0; k--)
+				if (k < n && st->open[k].call_at == addr && st->open[k].caller == cur) {
+					st->nopen = k;
+					break;
+				}
 			return 0;
 		}
-	if (!st->open || addr != st->next || tstate_frame(current_tstate()) != st->caller)
+	int found = -1;
+	for (int k = BOUND_OPEN - 1; k >= 0; k--)
+		if (found < 0 && k < n && st->open[k].next == addr && st->open[k].caller == cur)
+			found = k;
+	if (found < 0)
 		return 0;
-	st->open = 0;
-	__u64 ret = unref(rd64(st->slot));
-	struct scratch *s = begin(REC_EXIT, st->self, 0);
+	struct bound_call *bc = &st->open[found & (BOUND_OPEN - 1)];
+	st->nopen = found; /* the ones inside it are over (they raised) */
+	__u64 self = bc->self;
+	__u64 ret = unref(rd64(bc->slot));
+	struct scratch *s = begin(REC_EXIT, self, 0);
 	if (!s)
 		return 0;
 	struct rec_call *r = (void *)s->buf;

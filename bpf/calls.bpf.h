@@ -30,6 +30,8 @@ struct {
 struct open_call {
 	__u64 sp;
 	__u64 self;
+	__u64 known;    /* bound.bpf.h: a frame whose callees call this module's children directly */
+	__u64 known_sp; /* and the stack pointer of such a child's call (3.9-3.12) */
 };
 
 struct call_stack {

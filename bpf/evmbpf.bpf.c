@@ -89,7 +89,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	check_orphans();
 	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	struct bound_thread *bound = NULL;
-	if ((!open || !open->n) && !orphans_pending && check_bound()) {
+	if (!orphans_pending && bound_check(open, sp)) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		bound = bpf_map_lookup_elem(&bound_threads, &tid);
 	}
@@ -130,6 +130,8 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if (cs && cs->n < CALLS_MAX) {
 		cs->c[cs->n & (CALLS_MAX - 1)].sp = sp;
 		cs->c[cs->n & (CALLS_MAX - 1)].self = (__u64)self;
+		cs->c[cs->n & (CALLS_MAX - 1)].known = 0;
+		cs->c[cs->n & (CALLS_MAX - 1)].known_sp = 0;
 		cs->n++;
 		return 0;
 	}

@@ -278,28 +278,35 @@ struct rec_orphan {
 };
 
 /* Modules called through a bound __call__ (`step = model.__call__; step(**kw)`, as
- * transformers' generate() calls its model) pass through no slot_tp_call. The frame walk
- * at an outermost module call finds their Module.__call__ frame; the caller's call
- * instruction and the one after it (the resume point) get a hardware watchpoint each on
- * that thread (user space: perf_event_open), whose BPF program sees the call begin and
- * return. Per thread, keyed by tid; user space sets a site's state. */
+ * transformers' generate() calls its model, or `self.block.__call__(h)` inside a traced
+ * module) pass through no slot_tp_call. The frame walk at a module call finds their
+ * Module.__call__ frame; the caller's call instruction and the one after it (the resume
+ * point) get a hardware watchpoint each on that thread (user space: perf_event_open),
+ * whose BPF program sees the call begin and return. Per thread, keyed by tid; user space
+ * sets a site's state. */
 #define BOUND_SITES 2 /* call + return watchpoints each: x86 has 4 debug registers */
+#define BOUND_OPEN 4  /* bound calls open at once on a thread (nested: a root and submodules) */
 #define BOUND_ARMED 1
 #define BOUND_FAILED 2
-struct bound_thread {
-	__u64 frame;  /* the open call's Module.__call__ frame, or 0 */
+struct bound_call {
+	__u64 frame;  /* its innermost Module.__call__ frame: a walk reaching it is inside */
 	__u64 self;
 	__u64 caller; /* the frame that called it, current again at its return */
 	__u64 slot;   /* where the caller's value stack receives the result */
 	__u64 next;   /* the resume instruction being watched */
-	__u64 args, kwargs; /* its args tuple and kwargs dict, for the record that describes them */
-	__u32 open;
+	__u64 call_at; /* and the call instruction */
+};
+struct bound_thread {
+	struct bound_call open[BOUND_OPEN]; /* outermost first */
+	__u64 args, kwargs; /* the call just found: its args tuple and kwargs dict */
+	__u32 nopen;
 	__u32 nsites;
 	__u64 call_at[BOUND_SITES]; /* a site's call instruction (its opcode byte) */
 	__u64 next_at[BOUND_SITES]; /* and the instruction after the call */
 	__u8 state[BOUND_SITES];    /* 0 just found, BOUND_ARMED, BOUND_FAILED */
 	__u8 full_said;
-	__u8 pad[5];
+	__u8 nested_said;
+	__u8 pad[4];
 };
 struct rec_bound_enter {
 	struct rec_hdr hdr;
@@ -307,6 +314,8 @@ struct rec_bound_enter {
 	__u64 marker;
 };
 #define BOUND_SITE_F_FULL 1u /* every watchpoint of the thread is in use: not watched */
+#define BOUND_SITE_F_NESTED 2u /* two bound calls found at one module call: not traced */
+#define BOUND_SITE_F_DEEP 4u /* more than BOUND_OPEN bound calls open: not traced */
 struct rec_bound_site {
 	struct rec_hdr hdr;
 	__u64 call_at;

@@ -1,22 +1,25 @@
 """Modules called through their bound __call__ (no slot_tp_call): `model.__call__(x)`,
-`step = model.__call__; step(**kw)`, `step(x)`, one that raises inside a child and is
-caught. evmbpf's trace must equal the reference's, launched and by --pid, on the host's
-CPython 3.11 and in the chroots (trixie 3.13 / torch 2.6, sid 3.14 / torch 2.14); sid's
-transformers generate() is in test_matrix.py (hf_llama, hf_gpt2); bullseye 3.9 / torch 1.7
-and pyenv's 3.9/3.10 with the stand-in torch (frames are PyFrameObjects there)."""
+`step = model.__call__; step(**kw)`, `step(x)`, `step(x, scale=s)` (CALL_KW on 3.13+), one
+that raises inside a child and is caught, `pair(model, step(x))` (the model lower on the
+caller's stack), and submodules called that way inside a traced module (`block.__call__(h)`
+with one raising, `step = self.first.__call__; step(h)`). evmbpf's trace must equal the
+reference's, launched and by --pid, on the host's CPython 3.11 and in the chroots (bullseye
+3.9 / torch 1.7, trixie 3.13 / torch 2.6, sid 3.14 / torch 2.14, whose transformers
+generate() is here too), and on pyenv's 3.9/3.10/3.12 with the stand-in torch (frames are
+PyFrameObjects on 3.9/3.10)."""
 import os
 
 import pytest
 
-from evmbpf_testlib import (OWN_WORKLOADS, Attached, chroot_ensure, chroot_target,
-                            compare_traces, load, pyenv_target, run_launch, run_reference,
-                            torch_major)
+from evmbpf_testlib import (HOST_PYTHON, OWN_WORKLOADS, MatrixTarget, chroot_ensure,
+                            chroot_target, compare_traces, load, pyenv_target, torch_major)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
 
-SHAPES = ["dunder", "kwargs", "positional", "raises"]
-KWARGS = torch_major() >= 2
+ROOT_SHAPES = ["dunder", "kwargs", "positional", "raises", "kwcall", "lower"]
+SUB_SHAPES = ["sub", "substep"]
+SHAPES = ROOT_SHAPES + SUB_SHAPES
 FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 
 
@@ -27,63 +30,137 @@ def workload(shape):
 def full(*values, default=()):
     """The cells of the default run, then the rest behind EVMBPF_FULL_MATRIX=1."""
     skip = pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1")
-    return [v if v in default else pytest.param(v, marks=skip) for v in values]
+    return [v if v in default else
+            pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=skip) for v in values]
 
 
-@pytest.mark.parametrize("shape", full(*SHAPES, default=("kwargs", "raises")))
+def host_target():
+    return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
+
+
+def cell_target(where):
+    """host, a chroot's name, or pyenvX.Y (the stand-in torch); None: not here."""
+    if where == "host":
+        return host_target()
+    if where.startswith("pyenv"):
+        target = pyenv_target(where[len("pyenv"):])
+        if target is None:
+            pytest.skip(f"pyenv has no CPython {where[len('pyenv'):]}")
+        return target
+    error = chroot_ensure(where)
+    if error:
+        pytest.fail(f"cannot build the {where} chroot: {error}")
+    return chroot_target(where)
+
+
+def run_cell(where, path, mode, tmp_path, evmbpf_args=(), ref_args=()):
+    """The reference's trace and evmbpf's (launched or by --pid) of one workload in one
+    cell; (reference events, evmbpf events, evmbpf's stderr)."""
+    target = cell_target(where).with_outdir(tmp_path)
+    ref = os.path.join(target.outdir, "ref.jsonl")
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.reference(path, ref, extra=ref_args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if mode == "launch":
+        result = target.launch(path, out, evmbpf_args=evmbpf_args)
+        assert result.returncode == 0, result.stderr
+        err = result.stderr
+    else:
+        run = target.attached(path, out, evmbpf_args=evmbpf_args)
+        run.release()
+        run.finish()
+        assert run.tracer_rc == 0, run.tracer_err
+        err = run.tracer_err
+    assert "not traced" not in err, err
+    return load(ref), load(out), err, target
+
+
+def check_shape(where, shape, mode, tmp_path):
+    ref, got, _, target = run_cell(where, workload(shape), mode, tmp_path)
+    # the bound calls were seen: the root's as forwards of their own, a submodule's as
+    # enters of its module
+    if shape in SUB_SHAPES:
+        assert sum(e["event"] == "enter" and e["module"] == "inner.first" for e in got) >= 3
+    elif mode == "launch":
+        assert sum(e["event"] == "forward" for e in got) >= 5
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
+@pytest.mark.parametrize("shape", full(*SHAPES, default=("kwargs", "raises", "sub",
+                                                         "substep")))
 def test_host_launch(evmbpf, shape, tmp_path):
-    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
-    assert run_reference(workload(shape), ref).returncode == 0
-    result = run_launch(workload(shape), out)
-    assert result.returncode == 0, result.stderr
-    got = load(out)
-    # the bound calls were seen: one forward per call, as the reference writes
-    assert sum(e["event"] == "forward" for e in got) >= 5
-    compare_traces(load(ref), got, kwargs=KWARGS)
+    check_shape("host", shape, "launch", tmp_path)
 
 
-@pytest.mark.parametrize("shape", full("kwargs", "raises", default=("kwargs",)))
+@pytest.mark.parametrize("shape", full("kwargs", "raises", "sub", "substep",
+                                       default=("kwargs", "sub")))
 def test_host_pid(evmbpf, shape, tmp_path):
-    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
-    assert run_reference(workload(shape), ref).returncode == 0
-    run = Attached(workload(shape), out)
-    run.release()
-    run.finish()
-    assert run.tracer_rc == 0, run.tracer_err
-    compare_traces(load(ref), load(out), kwargs=KWARGS)
+    check_shape("host", shape, "pid", tmp_path)
 
 
 def test_host_numeric(evmbpf, tmp_path):
     """--numeric: a bound call's args and its output (read at the watchpoint, the thread
     held there) carry the reference's stats."""
-    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
-    assert run_reference(workload("kwargs"), ref, extra=["--numeric"]).returncode == 0
-    result = run_launch(workload("kwargs"), out, evmbpf_args=["--numeric"])
-    assert result.returncode == 0, result.stderr
-    got = load(out)
+    ref, got, _, target = run_cell("host", workload("kwargs"), "launch", tmp_path,
+                                   evmbpf_args=["--numeric"], ref_args=["--numeric"])
     assert sum(e["event"] == "forward" for e in got) >= 5
-    compare_numeric(load(ref), got, kwargs=KWARGS)
+    compare_numeric(ref, got, kwargs=target.kwargs)
 
 
-# the default run has sid's generate() below; every shape in trixie and sid is the full run
-CHROOT_CELLS = [
+def test_host_nested_said(evmbpf, tmp_path):
+    """Two bound calls entered with no module call between them (`run = self.inner.__call__`
+    whose first module call is inside `self.first.__call__`): one description pass
+    describes one call's args, so neither is traced, and that is said once on stderr."""
+    path = tmp_path / "nested.py"
+    path.write_text(
+        "import os\n"
+        f"SHAPE = 'sub'\nexec(open({workload('calls')!r}).read())\n"
+        "class Nested(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.first = Block()\n"
+        "    def forward(self, x):\n"
+        "        return self.first.__call__(x)\n"
+        "class Top(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embed = linear(3, 4)\n"
+        "        self.inner = Nested()\n"
+        "    def forward(self, x):\n"
+        "        return self.inner.__call__(self.embed(x))\n"
+        "def build():\n"
+        "    return Top()\n")
+    target = host_target().with_outdir(tmp_path)
+    result = target.launch(str(path), str(tmp_path / "got.jsonl"))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("entered two modules through their bound __call__") == 1, \
+        result.stderr
+    got = load(str(tmp_path / "got.jsonl"))
+    assert not any(e.get("module") in ("inner", "inner.first") for e in got)
+
+
+CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
     pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
-    for c in ("trixie", "sid") for s in SHAPES]
+    for c in ("trixie", "sid") for s in SHAPES if (c, s) not in (("trixie", "kwcall"),
+                                                                 ("trixie", "sub"))]
 
 
 @pytest.mark.parametrize("chroot,shape", CHROOT_CELLS)
 def test_chroot_launch(evmbpf, chroot, shape, tmp_path):
-    error = chroot_ensure(chroot)
-    if error:
-        pytest.fail(f"cannot build the {chroot} chroot: {error}")
-    target = chroot_target(chroot).with_outdir(tmp_path)
-    ref = os.path.join(target.outdir, "ref.jsonl")
-    out = os.path.join(target.outdir, "got.jsonl")
-    result = target.reference(workload(shape), ref)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = target.launch(workload(shape), out)
-    assert result.returncode == 0, result.stderr
-    compare_traces(load(ref), load(out), kwargs=target.kwargs)
+    check_shape(chroot, shape, "launch", tmp_path)
+
+
+@pytest.mark.parametrize("chroot,shape", full(("trixie", "sub"), ("sid", "sub"),
+                                              ("sid", "kwcall")))
+def test_chroot_pid(evmbpf, chroot, shape, tmp_path):
+    check_shape(chroot, shape, "pid", tmp_path)
+
+
+@pytest.mark.parametrize("shape", full(*SHAPES, default=("positional",)))
+def test_bullseye_launch(evmbpf, shape, tmp_path):
+    """CPython 3.9 (bullseye, torch 1.7): frames are PyFrameObjects; every shape equals
+    the reference (no kwargs on torch 1.7)."""
+    check_shape("bullseye", shape, "launch", tmp_path)
 
 
 GENERATE_CELLS = [("launch", "hf_llama_generate")] + [
@@ -97,85 +174,44 @@ def test_sid_generate(evmbpf, mode, name, tmp_path):
     """transformers 5's greedy generate() for a batch of two with an attention mask: every
     decoding step after the prefill is a bound call; the whole trace equals the
     reference's."""
-    error = chroot_ensure("sid")
-    if error:
-        pytest.fail(f"cannot build the sid chroot: {error}")
-    target = chroot_target("sid").with_outdir(tmp_path)
-    path = os.path.join(OWN_WORKLOADS, name + ".py")
-    ref = os.path.join(target.outdir, "ref.jsonl")
-    out = os.path.join(target.outdir, "got.jsonl")
-    result = target.reference(path, ref)
-    assert result.returncode == 0, result.stderr[-3000:]
-    if mode == "launch":
-        result = target.launch(path, out)
-        assert result.returncode == 0, result.stderr
-    else:
-        run = target.attached(path, out)
-        run.release()
-        run.finish()
-        assert run.tracer_rc == 0, run.tracer_err
-    got = load(out)
+    ref, got, _, _ = run_cell("sid", os.path.join(OWN_WORKLOADS, name + ".py"), mode,
+                              tmp_path)
     assert sum(e["event"] == "forward" for e in got) == 4  # the prefill and 3 steps
-    compare_traces(load(ref), got, kwargs=True)
+    compare_traces(ref, got, kwargs=True)
 
 
-@pytest.mark.parametrize("shape", full(*SHAPES, default=("positional",)))
-def test_bullseye_launch(evmbpf, shape, tmp_path):
-    """CPython 3.9 (bullseye, torch 1.7): frames are PyFrameObjects; every shape equals
-    the reference (no kwargs on torch 1.7)."""
-    error = chroot_ensure("bullseye")
-    if error:
-        pytest.fail(f"cannot build the bullseye chroot: {error}")
-    target = chroot_target("bullseye").with_outdir(tmp_path)
-    ref = os.path.join(target.outdir, "ref.jsonl")
-    out = os.path.join(target.outdir, "got.jsonl")
-    result = target.reference(workload(shape), ref)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = target.launch(workload(shape), out)
-    assert result.returncode == 0, result.stderr
-    assert "not traced" not in result.stderr, result.stderr
-    got = load(out)
-    assert sum(e["event"] == "forward" for e in got) >= 5
-    compare_traces(load(ref), got, kwargs=target.kwargs)
-
-
-PYENV_CELLS = [("3.10", "kwargs")] + [
+PYENV_CELLS = [("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub")] + [
     pytest.param(v, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
-    for v in ("3.9", "3.10") for s in SHAPES if (v, s) != ("3.10", "kwargs")]
+    for v in ("3.9", "3.10", "3.12", "3.13") for s in SHAPES
+    if (v, s) not in (("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub"))]
 
 
 @pytest.mark.parametrize("version,shape", PYENV_CELLS)
 def test_pyenv_standin(evmbpf, version, shape, tmp_path):
-    """pyenv's CPython 3.9/3.10 with the stand-in torch (tests/standin): the same call
-    shapes on plain values, launched, equal to the reference."""
-    target = pyenv_target(version)
-    if target is None:
-        pytest.skip(f"pyenv has no CPython {version}")
-    target.env["BOUND_SHAPE"] = shape
-    target.with_outdir(tmp_path)
-    path = os.path.join(OWN_WORKLOADS, "bound_standin.py")
-    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
-    result = target.reference(path, ref)
-    assert result.returncode == 0, result.stderr[-3000:]
-    result = target.launch(path, out)
+    """pyenv's CPython with the stand-in torch (tests/standin): the same call shapes on
+    plain values, launched, equal to the reference."""
+    check_shape("pyenv" + version, shape, "launch", tmp_path)
+
+
+@pytest.mark.parametrize("version,shape", [("3.10", "raises")] + full(
+    ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower")))
+def test_pyenv_standin_pid(evmbpf, version, shape, tmp_path):
+    """--pid on pyenv's CPython: the bound calls after the attach are traced."""
+    check_shape("pyenv" + version, shape, "pid", tmp_path)
+
+
+def test_sid_jit_said(evmbpf, tmp_path):
+    """sid's 3.14 is built with --enable-experimental-jit=yes-off: PYTHON_JIT=1 turns its
+    tier-2 optimizer on, whose traces do not fetch the call sites' bytecode. evmbpf says
+    so once and follows no bound call (an entry would have no exit); the ordinary
+    forwards are traced as usual."""
+    target = cell_target("sid").with_outdir(tmp_path)
+    target.env = dict(target.env or os.environ, PYTHON_JIT="1")
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.launch(workload("positional"), out)
     assert result.returncode == 0, result.stderr
+    assert result.stderr.count("runs a tier-2 optimizer") == 1, result.stderr
     got = load(out)
-    assert sum(e["event"] == "forward" for e in got) >= 5
-    compare_traces(load(ref), got, kwargs=True)
-
-
-def test_pyenv_standin_pid(evmbpf, tmp_path):
-    """--pid on CPython 3.10: the bound calls after the attach are traced."""
-    target = pyenv_target("3.10")
-    if target is None:
-        pytest.skip("pyenv has no CPython 3.10")
-    target.env["BOUND_SHAPE"] = "raises"
-    target.with_outdir(tmp_path)
-    path = os.path.join(OWN_WORKLOADS, "bound_standin.py")
-    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
-    assert target.reference(path, ref).returncode == 0
-    run = target.attached(path, out)
-    run.release()
-    run.finish()
-    assert run.tracer_rc == 0, run.tracer_err
-    compare_traces(load(ref), load(out), kwargs=True)
+    assert sum(e["event"] == "forward" for e in got) == 2  # model(x) before and after
+    enters = sum(e["event"] == "enter" for e in got)
+    assert enters == sum(e["event"] == "exit" for e in got) and enters > 0

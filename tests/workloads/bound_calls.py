@@ -1,38 +1,102 @@
 """Modules called through their bound __call__, which passes through no slot_tp_call:
 `model.__call__(x)`, a stored bound method with positional args and with **kwargs (as
 transformers' generate() calls its model for each decoding step), one that raises inside
-a child and is caught, and ordinary calls around them. BOUND_SHAPE picks one (default:
-all, one call site each: see docs/design.md on debug registers)."""
+a child and is caught, submodules called that way inside a traced module's forward, and
+ordinary calls around them. BOUND_SHAPE picks one (default: all, one call site each: see
+docs/design.md on debug registers). The model is torch's (nn.Linear, tensors) when torch
+offers it, else the stand-in's (tests/standin: nn.Module only, plain lists and floats)."""
 import os
 
 import torch
 from torch import nn
 
+REAL = hasattr(nn, "Linear")
+
+
+class Scale(nn.Module):
+    def forward(self, x, by=2.0):
+        return [v * by for v in x]
+
+
+def linear(n_in, n_out):
+    return nn.Linear(n_in, n_out) if REAL else Scale()
+
+
+def mul(x, k):
+    return x * k if REAL else [v * k for v in x]
+
 
 class Block(nn.Module):
     def __init__(self):
         super().__init__()
-        self.proj = nn.Linear(4, 4)
-        self.act = nn.ReLU()
+        self.proj = linear(4, 4)
+        self.act = nn.ReLU() if REAL else nn.Identity()
 
     def forward(self, x, fail=False):
+        h = self.proj(x)
         if fail:
             raise ValueError("a step that fails")
-        return self.act(self.proj(x))
+        return self.act(h)
 
 
 class Model(nn.Module):
     def __init__(self):
         super().__init__()
-        self.embed = nn.Linear(3, 4)
+        self.embed = linear(3, 4)
         self.block = Block()
-        self.head = nn.Linear(4, 2)
+        self.head = linear(4, 2)
 
     def forward(self, x, scale=1.0, fail=False):
-        return self.head(self.block(self.embed(x) * scale, fail=fail))
+        return self.head(self.block(mul(self.embed(x), scale), fail=fail))
+
+
+class Inner(nn.Module):
+    """Calls its blocks through their bound __call__ (`block.__call__(h)`, the last one
+    raising, caught), or a stored one (`step = self.first.__call__; step(h)`). An
+    ordinary call comes first: a bound call is seen at its first module call, and two
+    bound calls entered without one between them are not traced (docs/design.md). One
+    call site each: x86 has 4 debug registers per thread, and evalmetry's note_samples
+    takes one (docs/design.md)."""
+
+    def __init__(self, stored):
+        super().__init__()
+        self.stored = stored
+        self.out = linear(4, 4)
+        self.first = Block()
+        self.second = Block()
+
+    def forward(self, x):
+        h = self.out(x)
+        if self.stored:
+            step = self.first.__call__
+            for _ in range(2):
+                h = step(h)
+            return h
+        for block, fail in ((self.first, False), (self.second, False), (self.second, True)):
+            try:
+                h = block.__call__(h, fail)
+            except ValueError:
+                pass
+        return h
+
+
+class SubModel(nn.Module):
+    """Bound calls of submodules inside a traced module's forward."""
+
+    def __init__(self, stored=False):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.inner = Inner(stored)
+        self.head = linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner(self.embed(x)))
 
 
 def build():
+    shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
+    if shape in ("sub", "substep"):
+        return SubModel(stored=shape == "substep")
     return Model()
 
 
@@ -64,12 +128,39 @@ def raises(model, x):
             pass
 
 
+def kwcall(model, x):
+    """A keyword in the call itself: CALL_KW on 3.13+, KW_NAMES + CALL on 3.11/3.12."""
+    step = model.__call__
+    for i in range(3):
+        step(x, scale=0.5 * i)
+
+
+def pair(a, b):
+    return b
+
+
+def lower(model, x):
+    """The model lower on the caller's value stack than the bound call's callable:
+    `pair(model, step(x))`."""
+    step = model.__call__
+    for _ in range(3):
+        pair(model, step(x))
+
+
+def sub(model, x):
+    for _ in range(3):
+        model(x)
+
+
 def run(model):
-    x = torch.ones(2, 3)
+    x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
+    if shape in ("sub", "substep"):
+        sub(model, x)
+        return
     model(x)
     for name, work in (("dunder", dunder), ("kwargs", kwargs), ("positional", positional),
-                       ("raises", raises)):
+                       ("raises", raises), ("kwcall", kwcall), ("lower", lower)):
         if shape in (name, "all"):
             work(model, x)
     model(x)

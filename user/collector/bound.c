@@ -7,7 +7,11 @@
 #include "bound.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,6 +20,7 @@
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
 
+#include "elfsym.h"
 #include "util.h"
 
 #define BOUND_LINKS_MAX 256
@@ -23,7 +28,7 @@
 static struct bpf_link *links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
-static int said_full, said_failed;
+static int said_full, said_failed, said_nested, said_deep;
 
 static struct bpf_link *watch(struct session *s, pid_t tid, uint64_t addr)
 {
@@ -58,8 +63,9 @@ static void set_state(struct session *s, uint32_t tid, uint64_t next_at, uint8_t
 	for (int i = 0; i < BOUND_SITES; i++)
 		if (i < (int)bt.nsites && bt.next_at[i] == next_at)
 			bt.state[i] = state;
-	if (state == BOUND_FAILED)
-		bt.open = 0;
+	if (state == BOUND_FAILED && bt.nopen && bt.nopen <= BOUND_OPEN &&
+	    bt.open[bt.nopen - 1].next == next_at)
+		bt.nopen--; /* the call that found it: not traced */
 	bpf_map_update_elem(fd, &tid, &bt, BPF_EXIST);
 }
 
@@ -71,6 +77,20 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			       "model.__call__; step(x)`) from more than %d places, and x86 has 4 debug "
 			       "registers: calls from the others are not traced (see docs/design.md)",
 			       r->hdr.tid, BOUND_SITES);
+		return;
+	}
+	if ((r->flags >> 8) & BOUND_SITE_F_NESTED) {
+		if (!said_nested++)
+			warnx_("warning: thread %u entered two modules through their bound __call__ "
+			       "(e.g. `self.block.__call__(x)`) without a module call between their "
+			       "entries: neither is traced (see docs/design.md)", r->hdr.tid);
+		return;
+	}
+	if ((r->flags >> 8) & BOUND_SITE_F_DEEP) {
+		if (!said_deep++)
+			warnx_("warning: thread %u has more than %d modules called through their bound "
+			       "__call__ running at once: the inner ones are not traced (see "
+			       "docs/design.md)", r->hdr.tid, BOUND_OPEN);
 		return;
 	}
 	struct bpf_link *call = NULL, *ret = NULL;
@@ -116,4 +136,95 @@ void bound_detach(void)
 	for (int i = 0; i < nlinks; i++)
 		bpf_link__destroy(links[i]);
 	nlinks = 0;
+}
+
+/* PYTHON_JIT in the target's environment: its value, or NULL when unset. */
+static const char *env_jit(pid_t pid, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	static char env[1 << 20];
+	ssize_t n = read(fd, env, sizeof(env) - 1);
+	close(fd);
+	if (n <= 0)
+		return NULL;
+	env[n] = 0;
+	for (char *e = env; e < env + n; e += strlen(e) + 1)
+		if (!strncmp(e, "PYTHON_JIT=", 11)) {
+			snprintf(buf, cap, "%s", e + 11);
+			return buf;
+		}
+	return NULL;
+}
+
+/* --enable-experimental-jit's value in the build's _sysconfigdata (beside the
+ * interpreter: PREFIX/lib/pythonX.Y, or Debian's /usr/lib/pythonX.Y), "" when the build
+ * has none, NULL when no _sysconfigdata was found. */
+static const char *config_jit(const struct target *t, char *buf, size_t cap)
+{
+	char prefix[PATH_MAX], pattern[PATH_MAX + 128];
+	snprintf(prefix, sizeof(prefix), "%s", t->py_path);
+	for (int up = 0; up < 2; up++) { /* .../bin/python3.13 or .../lib/libpython3.13.so */
+		char *slash = strrchr(prefix, '/');
+		if (slash)
+			*slash = 0;
+	}
+	const char *where[] = { prefix, "/usr" };
+	for (int w = 0; w < 2; w++) {
+		snprintf(pattern, sizeof(pattern), "%s%s/lib/python%d.%d/_sysconfigdata_*.py",
+			 t->root, where[w], t->major, t->minor);
+		glob_t g;
+		if (glob(pattern, 0, NULL, &g))
+			continue;
+		FILE *f = fopen(g.gl_pathv[0], "re");
+		globfree(&g);
+		if (!f)
+			continue;
+		char line[8192];
+		buf[0] = 0;
+		while (fgets(line, sizeof(line), f)) {
+			char *at = strstr(line, "--enable-experimental-jit");
+			if (!at || !strstr(line, "'CONFIG_ARGS'"))
+				continue;
+			at += strlen("--enable-experimental-jit");
+			size_t n = *at == '=' ? strcspn(at + 1, "' \"") : 0;
+			snprintf(buf, cap, "%.*s", (int)(n ? n : 3), n ? at + 1 : "yes");
+			break;
+		}
+		fclose(f);
+		return buf;
+	}
+	return NULL;
+}
+
+int bound_jit(const struct target *t)
+{
+	if (t->major != 3 || t->minor < 13)
+		return 0;
+	char cfg[32] = "", env[32] = "";
+	const char *mode = config_jit(t, cfg, sizeof(cfg));
+	struct elf_file *f = elf_file_open(t->py_open);
+	uint64_t v, size;
+	int has_jit = f && !elf_file_symbol(f, "_PyJIT_Compile", &v, &size);
+	if (f)
+		elf_file_close(f);
+	if (has_jit && (!mode || !*mode))
+		mode = "yes";
+	if (!mode || !*mode || !strcmp(mode, "no"))
+		return 0;
+	const char *e = env_jit(t->pid, env, sizeof(env));
+	/* on by default but in yes-off and interpreter-off builds; PYTHON_JIT=0 turns it off */
+	int on = e ? strcmp(e, "0") != 0 : !strstr(mode, "off");
+	if (!on)
+		return 0;
+	warnx_("warning: this CPython %d.%d runs a tier-2 optimizer (built with "
+	       "--enable-experimental-jit=%s%s%s): the code it optimizes does not fetch the "
+	       "bytecode that evmbpf's watchpoints are on, so modules called through a bound "
+	       "__call__ (`step = model.__call__; step(x)`, transformers' generate() steps) "
+	       "are not traced; run the target with PYTHON_JIT=0 to trace them", t->major,
+	       t->minor, mode, e ? ", PYTHON_JIT=" : "", e ? e : "");
+	return 1;
 }

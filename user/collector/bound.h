@@ -8,6 +8,10 @@
 void bound_site(struct session *s, const struct rec_bound_site *r);
 /* 1: this record is the entry of a call whose site could not be watched (drop it). */
 int bound_skip(const void *data, size_t size);
+/* 1 (said once on stderr) when the target's CPython runs a tier-2 optimizer or JIT
+ * (3.13+ built with --enable-experimental-jit, not turned off by PYTHON_JIT=0): bound
+ * calls are then not followed. */
+int bound_jit(const struct target *t);
 /* Remove every watchpoint. */
 void bound_detach(void);
 

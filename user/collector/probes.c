@@ -181,6 +181,7 @@ int session_load(struct session *s)
 	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
 	skel->bss->bound_hold = skel->bss->hold_next;
+	skel->bss->bound_off = bound_jit(t);
 	if (skel->bss->hold_next && !watchdog_start(t->pid))
 		watchdog_hold(t->pid, 1);
 	struct bpf_link *l;

@@ -34,14 +34,47 @@ static __always_inline int attr_want(__u32 which, __u64 *lo, __u64 *hi, __u32 *l
 	return -1;
 }
 
-static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len)
+/* A keys object read in one piece, per CPU (too big for the BPF stack). */
+struct attr_block {
+	__u8 b[WIN_BYTES + 16]; /* a keys object's first bytes */
+	__u64 h[8];             /* a key's header and first data */
+	__u64 kv[2];
+	__u64 want[3];          /* the name: lo, hi, len */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct attr_block);
+} attr_block_map SEC(".maps");
+
+/* h: 8 words of scratch (off the BPF stack) */
+static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len, __u64 *h)
 {
-	__u64 klen = rd64(key + pyo.str_length);
-	__u32 state = (__u32)rd64(key + pyo.str_state);
+	__u64 klen, *d = h + 6;
+	__u32 state;
+	__u32 span = pyo.str_ascii_data + 16 - pyo.str_length;
+	__u32 so = pyo.str_state - pyo.str_length, ao = pyo.str_ascii_data - pyo.str_length;
+	if (span <= 64 && so <= 56 && ao <= 48 && !(so & 7) &&
+	    !(ao & 7) && !bpf_probe_read_user(h, span & 63, (void *)(key + pyo.str_length))) {
+		/* length, state and the first 16 bytes of data: one read */
+		klen = h[0];
+		state = (__u32)h[(so / 8) & 7];
+		__u64 d0 = h[(ao / 8) & 7], d1 = h[(ao / 8 + 1) & 7];
+		d[0] = d0;
+		d[1] = d1;
+	} else {
+		if (bpf_probe_read_user(&h[0], 8, (void *)(key + pyo.str_length)) ||
+		    bpf_probe_read_user(&h[1], 8, (void *)(key + pyo.str_state)))
+			return 0;
+		klen = h[0];
+		state = (__u32)h[1];
+		d[0] = d[1] = 0;
+		if (klen == len && bpf_probe_read_user(d, 16, (void *)(key + pyo.str_ascii_data)))
+			return 0;
+	}
 	if (klen != len || !((state >> 6) & 1) || !((state >> 5) & 1))
-		return 0;
-	__u64 d[2] = {};
-	if (bpf_probe_read_user(d, 16, (void *)(key + pyo.str_ascii_data)))
 		return 0;
 	if (len < 8)
 		d[0] &= (1ULL << (len * 8)) - 1;
@@ -53,25 +86,85 @@ static __always_inline int key_matches(__u64 key, __u64 lo, __u64 hi, __u32 len)
 }
 
 /* The index of the name among a keys object's first ATTR_SCAN entries, with that
- * entry's own value in *value; -1 when it is not there or an entry cannot be read. */
-static __always_inline __s32 key_index(__u64 keys, __u64 lo, __u64 hi, __u32 len, __u64 *value)
+ * entry's own value in *value; -1 when it is not there or an entry cannot be read.
+ * keys_find's answer is packed: index + 1 in the top byte, the value below (a user
+ * address: under 2^56). */
+#define KEYS_VALUE_MASK ((1ULL << 56) - 1)
+
+static __always_inline __u64 keys_find(__u64 keys, __u64 lo, __u64 hi, __u32 len)
 {
-	__u64 nentries = rd64(keys + pyo.dk_nentries);
+	__u64 nentries;
 	__u8 esize8, koff8;
-	__u64 entries = dict_entries(keys, &esize8, &koff8);
-	__u32 esize = esize8, koff = koff8;
-	for (__u32 i = 0; i < ATTR_SCAN; i++) {
+	__u64 entries;
+	__u32 zero = 0, eo = 0;
+	struct attr_block *ab = bpf_map_lookup_elem(&attr_block_map, &zero);
+	/* 3.11+: the keys object's header, indices and first entries in one read */
+	int whole = ab && !pyo.dk_size && pyo.dk_nentries == 24 && pyo.dk_log2_index_bytes < 24 &&
+		    pyo.dk_kind < 24 && !bpf_probe_read_user(ab->b, WIN_BYTES, (void *)keys);
+	if (whole && ab) {
+		__u8 log2_index = ab->b[pyo.dk_log2_index_bytes & 31];
+		__u8 dkind = ab->b[pyo.dk_kind & 31];
+		esize8 = dkind ? 16 : 24;
+		koff8 = dkind ? 0 : 8;
+		eo = pyo.dk_indices + (1U << (log2_index & 31));
+		entries = keys + eo;
+		nentries = *(__u64 *)&ab->b[24];
+	} else if (ab && pyo.dk_nentries <= 40 && pyo.dk_size <= 40 &&
+		   !bpf_probe_read_user(ab->h, 48, (void *)keys)) {
+		/* the header alone (dict_entries' answer; off the stack) */
+		__u8 *hb = (__u8 *)ab->h;
+		nentries = ab->h[(pyo.dk_nentries / 8) & 7];
+		if (pyo.dk_size) {
+			__u64 size = ab->h[(pyo.dk_size / 8) & 7];
+			__u64 ib = size <= 0xff ? 1 : size <= 0xffff ? 2 : size <= 0xffffffffULL ? 4 : 8;
+			esize8 = 24;
+			koff8 = 8;
+			entries = keys + pyo.dk_indices + size * ib;
+		} else {
+			__u8 dkind = hb[pyo.dk_kind & 31];
+			esize8 = dkind ? 16 : 24;
+			koff8 = dkind ? 0 : 8;
+			entries = keys + pyo.dk_indices + (1ULL << (hb[pyo.dk_log2_index_bytes & 31] & 63));
+		}
+	} else {
+		return 0;
+	}
+	if (!ab)
+		return 0;
+	/* few live values through the loop (the BPF stack is shared by the walk's frames):
+	 * the entry's key address and its offset in the block (past it: read) */
+	ab->want[0] = lo;
+	ab->want[1] = hi;
+	ab->want[2] = len;
+	__u32 esize = esize8;
+	__u64 cur = entries + koff8;
+	__u32 bo = whole ? eo + koff8 : 0x10000;
+	for (__u32 i = 0; i < ATTR_SCAN; i++, cur += esize, bo += esize) {
 		if (i >= nentries)
 			break;
-		__u64 kv[2] = {};
-		if (bpf_probe_read_user(kv, 16, (void *)(entries + i * esize + koff)))
-			return -1;
-		if (kv[0] && key_matches(kv[0], lo, hi, len)) {
-			*value = kv[1];
-			return i;
+		__u64 *kv = ab->kv;
+		if (bo <= WIN_BYTES - 16 && !(bo & 7)) {
+			__u32 at = bo;
+			asm volatile("" : "+r"(at));
+			at &= 0xf8;
+			kv[0] = *(__u64 *)&ab->b[at];
+			kv[1] = *(__u64 *)&ab->b[at + 8];
+		} else if (bpf_probe_read_user(kv, 16, (void *)cur)) {
+			return 0;
 		}
+		if (kv[0] && key_matches(kv[0], ab->want[0], ab->want[1], ab->want[2], ab->h))
+			return ((__u64)(i + 1) << 56) | (kv[1] & KEYS_VALUE_MASK);
 	}
-	return -1;
+	return 0;
+}
+
+static __always_inline __s32 key_index(__u64 keys, __u64 lo, __u64 hi, __u32 len, __u64 *value)
+{
+	__u64 r = keys_find(keys, lo, hi, len);
+	if (!r)
+		return -1;
+	*value = r & KEYS_VALUE_MASK;
+	return (__s32)(r >> 56) - 1;
 }
 
 /* Global (split.bpf.h): verified once for any name, not once for each of get_attr's
@@ -118,6 +211,7 @@ static __always_inline __u64 dict_get(__u64 dict, __u64 lo, __u64 hi, __u32 len)
 	return scan_keys(keys, rd64(dict + pyo.dict_values), lo, hi, len);
 }
 
+/* A global function: verified once, not at each of its callers (it holds several scans). */
 __noinline __u64 get_attr(__u64 obj, __u32 which)
 {
 	__u64 lo, hi;

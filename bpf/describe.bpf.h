@@ -20,7 +20,8 @@ static long describe_step(__u32 idx, void *ctx)
 		s->flags |= REC_F_TRUNCATED;
 		return 1;
 	}
-	struct work *w = &s->stack[(s->nstack - 1) & (STACK_MAX - 1)];
+	__u32 pos = (s->nstack - 1) & (STACK_MAX - 1);
+	struct work *w = &s->stack[pos];
 	__u8 depth = w->depth;
 	__u64 obj;
 	int placeholder = 0;
@@ -28,7 +29,10 @@ static long describe_step(__u32 idx, void *ctx)
 
 	switch (w->kind) {
 	case W_SEQ:
-		obj = rd64(w->base + (__u64)w->index * 8);
+		obj = 0;
+		if (win_read(s, w, pos, &obj, w->base + (__u64)w->index * 8, 8,
+			     (w->count - w->index) * 8))
+			obj = 0;
 		/* a live tuple or list holds no NULL: its item array could not be read */
 		placeholder = !obj;
 		if (++w->index >= w->count)
@@ -42,10 +46,13 @@ static long describe_step(__u32 idx, void *ctx)
 				obj = 0;
 				w->value = 0;
 			} else {
-				__u64 kv[2] = {};
-				__u64 at = w->base + (__u64)w->scanned * w->esize + w->koff;
+				__u64 *kv = (__u64 *)&s->tmp[240]; /* off the stack */
+				__u64 e = w->base + (__u64)w->scanned * w->esize;
+				__u32 left = w->limit - w->scanned;
 				w->scanned++;
-				if (bpf_probe_read_user(kv, sizeof(kv), (void *)at))
+				/* the window from this entry on: whole entries, key and value */
+				if (win_read(s, w, pos, kv, e + w->koff, 16,
+					     (left < 16 ? left : 16) * w->esize - w->koff))
 					kv[0] = 0;
 				if (!kv[0] || !kv[1])
 					return 0; /* a deleted entry */
@@ -89,8 +96,14 @@ static long describe_step(__u32 idx, void *ctx)
 		commit(s, n, sizeof(*n));
 		return 0;
 	}
+	/* the type and what the kind needs, in one read (values.bpf.h: the head) */
 	__u64 type = 0;
-	if (bpf_probe_read_user(&type, 8, (void *)(obj + 8)) || !type) {
+	s->head_ok = !bpf_probe_read_user(s->head, HEAD_BYTES, (void *)(obj + 8));
+	if (s->head_ok)
+		type = *(__u64 *)s->head;
+	else if (bpf_probe_read_user(&type, 8, (void *)(obj + 8)))
+		type = 0;
+	if (!type) {
 		n->kind = N_UNREADABLE;
 		commit(s, n, sizeof(*n));
 		return 0;
@@ -104,7 +117,7 @@ static long describe_step(__u32 idx, void *ctx)
 		break;
 	case T_FLOAT:
 		n->kind = N_FLOAT;
-		*(__u64 *)(n + 1) = rd64(obj + pyo.float_value);
+		*(__u64 *)(n + 1) = head64(s, obj, pyo.float_value);
 		commit(s, n, sizeof(*n) + 8);
 		break;
 	case T_STR:
@@ -154,6 +167,7 @@ static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 	r->sp = sp;
 	s->off = sizeof(*r);
 	s->nstack = 0;
+	s->head_ok = 0;
 	s->nbytes_recs = 0;
 	s->nodes = 0;
 	s->flags = 0;

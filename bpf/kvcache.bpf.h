@@ -59,6 +59,12 @@ struct cache_walk {
 	__u64 first;
 	__s64 numel;
 	__u64 k0;         /* layer 0's keys (key_cache[0] for 4.x) */
+	__u32 k0_known;   /* k0 was counted: its numel and shape[-2] are below */
+	__u32 pad2;
+	__s64 k0_numel;
+	__s64 k0_dim;
+	__u64 chunk_impl; /* the TensorImpl whose back pointer .. numel chunk holds */
+	__u64 lk, lv;     /* the layer's keys and values */
 	/* the layers' type checked in this record, and where a layer's fields sit in one
 	 * read of LAYER_SPAN bytes from the layer + span_lo */
 	__u64 ltype;
@@ -83,6 +89,7 @@ struct {
  * read (tensor_numel's answer). */
 static __always_inline __s64 impl_numel(struct cache_walk *w, __u64 obj, __u64 impl, __u32 li)
 {
+	w->chunk_impl = 0;
 	if (li >= TENSOR_LAYOUTS)
 		return -1;
 	if (!impl)
@@ -97,6 +104,7 @@ static __always_inline __s64 impl_numel(struct cache_walk *w, __u64 obj, __u64 i
 		__u32 at = (no - bo) & 255;
 		if (n >= 8 && at <= 248 &&
 		    !bpf_probe_read_user(w->chunk, n, (void *)(impl + bo))) {
+			w->chunk_impl = impl;
 			if ((*(__u64 *)w->chunk & ~1ULL) != obj)
 				return -1;
 			return *(__s64 *)&w->chunk[at & 248];
@@ -142,6 +150,24 @@ static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 	__s64 n = impl_numel(w, t, impl, lj);
 	if (n < 0)
 		return;
+	if (t == w->k0 && !w->k0_known && w->chunk_impl == impl && layouts[lj].sizes_kind == 0) {
+		/* get_seq_length()'s shape[-2], from the chunk that held numel: it starts at
+		 * the back pointer and holds the sizes (tensor_numel's answer) */
+		__u32 bo = layouts[lj].backptr_off, so = layouts[lj].sizes_off;
+		__u32 no = layouts[lj].numel_off;
+		if (so > bo && so + 8 + 5 * 8 <= no + 8 && no - bo <= 248) {
+			__u32 at = (so - bo) & 0x78;
+			__u64 ndim = *(__u64 *)&w->chunk[at];
+			__s64 d = -1;
+			if (ndim >= 2 && ndim <= 5)
+				d = *(__s64 *)&w->chunk[(at + 8 + (ndim - 2) * 8) & 0xf8];
+			else if (ndim > 5 && ndim <= TENSOR_MAX_DIMS)
+				d = (__s64)rd64(*(__u64 *)&w->chunk[(at + 8) & 0xf8] + (ndim - 2) * 8);
+			w->k0_numel = n;
+			w->k0_dim = d;
+			w->k0_known = 1;
+		}
+	}
 	w->numel += n;
 	w->tensors++;
 	if (!w->first)
@@ -256,12 +282,12 @@ static long cache_step(__u32 i, void *ctx)
 	if (!w || i >= w->nlayers)
 		return 1;
 	if (w->v5) {
-		__u64 k, v;
-		layer_tensors(w, layer_item(w, i), &k, &v);
+		/* the layer's tensors in w: off the stack, which the walk's frames share */
+		layer_tensors(w, layer_item(w, i), &w->lk, &w->lv);
 		if (i == 0)
-			w->k0 = k;
-		count_tensor(w, k);
-		count_tensor(w, v);
+			w->k0 = w->lk;
+		count_tensor(w, w->lk);
+		count_tensor(w, w->lv);
 	} else {
 		__u64 k = layer_item(w, i);
 		if (i == 0)
@@ -277,6 +303,25 @@ static __always_inline int is_list(__u64 obj)
 {
 	__u64 type = obj ? rd64(obj + 8) : 0;
 	return type && (rd64(type + pyo.tp_flags) & TPF_LIST);
+}
+
+/* A list's length and item array in one read (is_list's answer, the type's verdict from
+ * types.bpf.h); 0 when obj is not a list. */
+static __always_inline int list_head(struct cache_walk *w, __u64 obj)
+{
+	__u64 *h = w->batch; /* off the stack; layer_item refills it */
+	if (!obj || pyo.list_items != 24 || bpf_probe_read_user(h, 24, (void *)(obj + 8))) {
+		if (!is_list(obj))
+			return 0;
+		w->nlayers = rd64(obj + 16);
+		w->items = rd64(obj + pyo.list_items);
+		return 1;
+	}
+	if (!h[0] || classify_type(h[0]) != T_LIST)
+		return 0;
+	w->nlayers = h[1];
+	w->items = h[2];
+	return 1;
 }
 
 /* A KV cache: the node, then its first tensor to describe. */
@@ -299,13 +344,12 @@ static __always_inline void emit_cache(struct scratch *s, struct dnode *n, __u64
 	w->first = 0;
 	w->numel = 0;
 	w->k0 = 0;
+	w->k0_known = 0;
 	w->ltype = 0;
 	w->lfast = 0;
 	__u64 layers = get_attr(obj, A_LAYERS);
-	if (is_list(layers)) {
+	if (list_head(w, layers)) {
 		w->v5 = 1;
-		w->nlayers = rd64(layers + 16);
-		w->items = rd64(layers + pyo.list_items);
 	} else {
 		__u64 kc = get_attr(obj, A_KEY_CACHE);
 		__u64 vc = get_attr(obj, A_VALUE_CACHE);
@@ -329,8 +373,12 @@ static __always_inline void emit_cache(struct scratch *s, struct dnode *n, __u64
 	if (c->layers) {
 		__u64 k0 = w->k0;
 		__s64 d = -1;
-		if (k0 && tensor_numel(k0, &d) > 0 && d >= 0)
+		if (w->k0_known) {
+			if (w->k0_numel > 0 && w->k0_dim >= 0)
+				c->seq = w->k0_dim;
+		} else if (k0 && tensor_numel(k0, &d) > 0 && d >= 0) {
 			c->seq = d;
+		}
 	}
 	c->numel = w->numel;
 	c->tensors = w->tensors;

@@ -24,6 +24,9 @@ enum work_kind { W_ONE = 1, W_SEQ, W_DICT };
 struct work {
 	__u64 base;     /* W_ONE: the object; W_SEQ: the item array; W_DICT: the entries */
 	__u64 value;    /* W_DICT: the value of the entry whose key was just described */
+	__u64 wbase;    /* W_SEQ, W_DICT: where the cursor's window (scratch.win) starts */
+	__u32 wlen;     /* and its bytes (0: none) */
+	__u32 wpad;
 	__u32 index;    /* items described so far */
 	__u32 count;    /* items to describe */
 	__u32 scanned;  /* W_DICT: entries looked at (deleted ones are skipped) */
@@ -36,13 +39,27 @@ struct work {
 	__u8 pad[3];
 };
 
+/* Fewer reads: each object's first HEAD_BYTES past its refcount come in one read (its
+ * type and what its kind needs: a str's header and short data, a tuple's first items, an
+ * int's digits, a dict's header, a tensor's TensorImpl pointer), and a container's items
+ * or entries WIN_BYTES at a time into a window of the cursor that reads them. Nothing is
+ * kept from one record to the next. */
+#define HEAD_BYTES 96
+#define HEAD_END (8 + HEAD_BYTES) /* offsets below it, from the object, are in the head */
+#define WIN_BYTES 256
+#define WIN_SLOTS 4
+
 struct scratch {
 	__u32 off;
 	__u32 nstack;
 	__u32 nodes;
 	__u32 nbytes_recs; /* REC_TENSOR_BYTES records output for this record */
 	__u32 flags;
+	__u32 head_ok;     /* head holds obj + 8 .. obj + HEAD_END of the object described */
 	struct work stack[STACK_MAX];
+	__u8 head[128];
+	__u32 win_who[WIN_SLOTS]; /* stack position + 1 of the cursor whose window it holds */
+	__u8 win[WIN_SLOTS][WIN_BYTES + 16];
 	__u8 tmp[256];   /* TENSOR_CHUNK and more: indexes are masked with 255 */
 	__u8 buf[REC_BUF_SIZE + NODE_MAX_SIZE];
 };
@@ -85,8 +102,61 @@ static __always_inline struct work *push(struct scratch *s, __u8 kind, __u64 bas
 	w->scanned = 0;
 	w->limit = 0;
 	w->phase = 0;
+	w->wlen = 0;
 	s->nstack = i + 1;
 	return w;
+}
+
+/* The word at obj + off (8-aligned), from the head when it is there, else read. */
+static __always_inline __u64 head64(struct scratch *s, __u64 obj, __u32 off)
+{
+	if (s->head_ok && off >= 8 && off <= HEAD_END - 8)
+		return *(__u64 *)&s->head[(off - 8) & 0x78];
+	return rd64(obj + off);
+}
+
+/* bytes of obj + off copied from the head to dst (whole words: dst has room for the
+ * rounding up); 0 when they are not all in it. */
+static __always_inline int head_copy(struct scratch *s, void *dst, __u32 off, __u32 bytes)
+{
+	if (!s->head_ok || off < 8 || off > HEAD_END || bytes > HEAD_END - off || (off & 7))
+		return 0;
+	__u64 *d = dst;
+	for (__u32 k = 0; k < HEAD_BYTES / 8; k++) {
+		if (k * 8 >= bytes)
+			break;
+		d[k] = *(__u64 *)&s->head[(off - 8 + k * 8) & 0x78];
+	}
+	return 1;
+}
+
+/* need (8 or 16) bytes at `at`, through the window of the cursor at stack position pos,
+ * refilled from `at` with up to `ahead` bytes (at most WIN_BYTES) when they are not in it. */
+static __always_inline int win_read(struct scratch *s, struct work *w, __u32 pos, void *dst,
+				    __u64 at, __u32 need, __u32 ahead)
+{
+	__u32 slot = w->depth & (WIN_SLOTS - 1);
+	__u64 *d = dst;
+	if (s->win_who[slot] != pos + 1 || at < w->wbase || at + need > w->wbase + w->wlen) {
+		__u32 len = ahead < WIN_BYTES ? ahead : WIN_BYTES;
+		s->win_who[slot] = 0;
+		w->wlen = 0;
+		if (len < need)
+			len = need;
+		asm volatile("" : "+r"(len));
+		len &= 511;
+		if (len > WIN_BYTES || len < 8 ||
+		    bpf_probe_read_user(s->win[slot], len, (void *)at))
+			return bpf_probe_read_user(dst, need & 31, (void *)at) ? -1 : 0;
+		s->win_who[slot] = pos + 1;
+		w->wbase = at;
+		w->wlen = len;
+	}
+	__u32 o = (at - w->wbase) & (WIN_BYTES - 1);
+	d[0] = *(__u64 *)&s->win[slot][o];
+	if (need > 8)
+		d[1] = *(__u64 *)&s->win[slot][o + 8];
+	return 0;
 }
 
 /* Finish a node of `size` bytes written at the current offset. */
@@ -175,7 +245,7 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 		__u32 li = k == 0 ? (hint ? hint - 1 : 0) : k - 1;
 		if (li >= TENSOR_LAYOUTS || li >= n_layouts)
 			continue;
-		impl = rd64(obj + layouts[li].impl_off);
+		impl = head64(s, obj, layouts[li].impl_off);
 		if (!impl)
 			continue;
 		/* the chunk starts at the back pointer: one read checks the layout and, when it
@@ -272,7 +342,10 @@ static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 o
 {
 	__u64 len, *hdr = (__u64 *)s->tmp;
 	__u32 state;
-	if (pyo.str_state == pyo.str_length + 16 &&
+	if (s->head_ok && pyo.str_length >= 8 && pyo.str_state <= HEAD_END - 8) {
+		len = head64(s, obj, pyo.str_length);
+		state = (__u32)head64(s, obj, pyo.str_state);
+	} else if (pyo.str_state == pyo.str_length + 16 &&
 	    !bpf_probe_read_user(hdr, 24, (void *)(obj + pyo.str_length))) {
 		len = hdr[0]; /* length, hash, state: one read */
 		state = (__u32)hdr[2];
@@ -293,10 +366,12 @@ static __always_inline void emit_str(struct scratch *s, struct dnode *n, __u64 o
 	__u32 bytes = (len * kind) & 255;
 	if (bytes > STR_MAX_BYTES)
 		bytes = STR_MAX_BYTES;
-	__u64 data = obj + (ascii ? pyo.str_ascii_data : pyo.str_compact_data);
+	__u32 doff = ascii ? pyo.str_ascii_data : pyo.str_compact_data;
+	__u64 data = obj + doff;
 	n->len = len;
 	n->flags = kind;
-	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)data)) {
+	if (bytes && !head_copy(s, (void *)(n + 1), doff, bytes) &&
+	    bpf_probe_read_user((void *)(n + 1), bytes, (void *)data)) {
 		n->kind = N_UNREADABLE;
 		bytes = 0;
 	}
@@ -308,14 +383,14 @@ static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 o
 	__s64 ndig;
 	__u16 flags = 0;
 	if (pyo.long_tag) {
-		__u64 tag = rd64(obj + pyo.long_tag);
+		__u64 tag = head64(s, obj, pyo.long_tag);
 		ndig = tag >> 3;
 		if ((tag & 3) == 2)
 			flags |= N_F_NEGATIVE;
 		if ((tag & 3) == 1)
 			ndig = 0;
 	} else {
-		ndig = (__s64)rd64(obj + 16);
+		ndig = (__s64)head64(s, obj, 16);
 		if (ndig < 0) {
 			flags |= N_F_NEGATIVE;
 			ndig = -ndig;
@@ -331,7 +406,8 @@ static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 o
 	__u32 bytes = (ndig * 4) & 511;
 	if (bytes > INT_MAX_DIGITS * 4)
 		bytes = INT_MAX_DIGITS * 4;
-	if (bytes && bpf_probe_read_user((void *)(n + 1), bytes, (void *)(obj + pyo.long_digits))) {
+	if (bytes && !head_copy(s, (void *)(n + 1), pyo.long_digits, bytes) &&
+	    bpf_probe_read_user((void *)(n + 1), bytes, (void *)(obj + pyo.long_digits))) {
 		n->kind = N_UNREADABLE;
 		bytes = 0;
 	}
@@ -342,7 +418,7 @@ static __always_inline void emit_int(struct scratch *s, struct dnode *n, __u64 o
 static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64 obj,
 				       __u8 kind, __u8 depth, int is_key)
 {
-	__s64 len = (__s64)rd64(obj + 16);
+	__s64 len = (__s64)head64(s, obj, 16);
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
 	if (len < 0)
 		len = 0;
@@ -356,12 +432,31 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 	commit(s, n, sizeof(*n));
 	if (!items)
 		return;
-	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : rd64(obj + pyo.list_items);
+	__u64 arr = kind == T_TUPLE ? obj + pyo.tuple_items : head64(s, obj, pyo.list_items);
+	__u32 pos = s->nstack;
 	struct work *w = push(s, W_SEQ, arr, depth == ROOT_DEPTH ? 0 : depth + 1);
-	if (w)
-		w->count = items;
-	else
+	if (!w) {
 		n->items = 0;
+		return;
+	}
+	w->count = items;
+	/* a tuple's first items are in its head: the cursor's first window */
+	__u32 slot = w->depth & (WIN_SLOTS - 1);
+	__u32 io = pyo.tuple_items;
+	if (kind == T_TUPLE && s->head_ok && io >= 8 && io < HEAD_END && !(io & 7)) {
+		__u32 have = HEAD_END - io, want = items * 8;
+		if (have > want)
+			have = want;
+		for (__u32 k = 0; k < HEAD_BYTES / 8; k++) {
+			if (k * 8 >= have)
+				break;
+			*(__u64 *)&s->win[slot][(k * 8) & 0xf8] =
+				*(__u64 *)&s->head[(io - 8 + k * 8) & 0x78];
+		}
+		s->win_who[slot] = pos + 1;
+		w->wbase = arr;
+		w->wlen = have;
+	}
 }
 
 /* Where a dict keys object's entries start, their size, and the key's offset in one
@@ -389,7 +484,12 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 {
 	__u32 width = depth == ROOT_DEPTH ? DESCRIBE_TOP_MAX : DESCRIBE_WIDTH;
 	__u64 used, keys, values, *d = (__u64 *)s->tmp;
-	if (pyo.dict_keys == pyo.dict_used + 16 && pyo.dict_values == pyo.dict_used + 24 &&
+	if (s->head_ok && pyo.dict_used >= 8 && pyo.dict_keys <= HEAD_END - 8 &&
+	    pyo.dict_values <= HEAD_END - 8) {
+		used = head64(s, obj, pyo.dict_used);
+		keys = head64(s, obj, pyo.dict_keys);
+		values = head64(s, obj, pyo.dict_values);
+	} else if (pyo.dict_keys == pyo.dict_used + 16 && pyo.dict_values == pyo.dict_used + 24 &&
 	    !bpf_probe_read_user(d, 32, (void *)(obj + pyo.dict_used))) {
 		used = d[0]; /* ma_used, the version, ma_keys, ma_values: one read */
 		keys = d[2];
@@ -410,21 +510,31 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 	if (!items)
 		return;
 	__u8 esize, koff;
-	__u64 entries, limit, *kh = (__u64 *)s->tmp;
+	__u64 entries, limit;
+	__u32 pos = s->nstack;
+	__u8 idepth = depth == ROOT_DEPTH ? 0 : depth + 1;
+	__u32 slot = idepth & (WIN_SLOTS - 1);
+	__u8 *kh = s->win[slot];
+	int whole = 0;
 	if (!pyo.dk_size && pyo.dk_nentries == 24 && pyo.dk_log2_index_bytes < 24 &&
-	    pyo.dk_kind < 24 && !bpf_probe_read_user(kh, 32, (void *)keys)) {
-		/* 3.11+: the keys object's header in one read (dict_entries' answer) */
-		__u8 log2_index = ((__u8 *)kh)[pyo.dk_log2_index_bytes & 31];
-		__u8 dkind = ((__u8 *)kh)[pyo.dk_kind & 31];
+	    pyo.dk_kind < 24 &&
+	    ((whole = !bpf_probe_read_user(kh, WIN_BYTES, (void *)keys)) ||
+	     !bpf_probe_read_user(kh, 32, (void *)keys))) {
+		/* 3.11+: the keys object's header, its indices and its first entries in one
+		 * read (dict_entries' answer; the entries then come from this window) */
+		__u8 log2_index = kh[pyo.dk_log2_index_bytes & 31];
+		__u8 dkind = kh[pyo.dk_kind & 31];
 		esize = dkind ? 16 : 24;
 		koff = dkind ? 0 : 8;
 		entries = keys + pyo.dk_indices + (1ULL << (log2_index & 63));
-		limit = kh[3];
+		limit = *(__u64 *)&kh[24];
 	} else {
 		entries = dict_entries(keys, &esize, &koff);
 		limit = rd64(keys + pyo.dk_nentries);
 	}
-	struct work *w = push(s, W_DICT, entries, depth == ROOT_DEPTH ? 0 : depth + 1);
+	if (!whole)
+		s->win_who[slot] = 0;
+	struct work *w = push(s, W_DICT, entries, idepth);
 	if (!w) {
 		n->items = 0;
 		return;
@@ -433,6 +543,11 @@ static __always_inline void expand_dict(struct scratch *s, struct dnode *n, __u6
 	w->limit = limit;
 	w->esize = esize;
 	w->koff = koff;
+	if (whole) {
+		s->win_who[slot] = pos + 1;
+		w->wbase = keys;
+		w->wlen = WIN_BYTES;
+	}
 }
 
 #endif /* EVMBPF_VALUES_BPF_H */

@@ -1,0 +1,40 @@
+"""Descriptions read in few reads (bpf/values.bpf.h: an object's head in one read, a
+container's items and a dict's entries through a window per cursor): values wider than
+the head and the windows, dicts with deleted entries and grown tables, tuple keys, against
+the reference tracer, on the host's Python (3.11) and in the chroots (3.9, 3.14)."""
+import os
+
+import pytest
+
+from evmbpf_testlib import (OWN_WORKLOADS, chroot_dir, chroot_target,
+                            compare_traces, load, run_launch, run_reference, torch_major)
+
+WORKLOAD = os.path.join(OWN_WORKLOADS, "wide_values.py")
+KWARGS = torch_major() >= 2  # torch 1.x's hooks do not see kwargs: the reference has none
+
+
+def test_wide_values_host(evmbpf, tmp_path):
+    ref = str(tmp_path / "ref.jsonl")
+    run_reference(WORKLOAD, ref)
+    reference = load(ref)
+    text = open(ref).read()
+    assert '"value": 29' in text and '"len": 30' in text
+    out = str(tmp_path / "launch.jsonl")
+    result = run_launch(WORKLOAD, out)
+    assert result.returncode == 0, result.stderr
+    compare_traces(reference, load(out), kwargs=KWARGS)
+
+
+@pytest.mark.parametrize("chroot", ["bullseye", "sid"])
+def test_wide_values_chroot(evmbpf, tmp_path, chroot):
+    if not chroot_dir(chroot):
+        pytest.skip(f"the {chroot} chroot is not built (scripts/chroot.sh ensure {chroot})")
+    target = chroot_target(chroot).with_outdir(tmp_path)
+    ref = str(tmp_path / "ref.jsonl")
+    target.reference(WORKLOAD, ref)
+    if target.kwargs:
+        assert '"key_29"' in open(ref).read()
+    out = str(tmp_path / "launch.jsonl")
+    result = target.launch(WORKLOAD, out)
+    assert result.returncode == 0, result.stderr
+    compare_traces(load(ref), load(out), kwargs=target.kwargs)

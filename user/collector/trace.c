@@ -287,6 +287,11 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 		for (size_t i = s ? s->depth : 0; i-- > 0;)
 			if (s->frames[i].mod == m && !s->frames[i].raised) {
 				s->frames[i].raised = 1;
+				/* its GPU work ends here: what its caller launches next is the
+				 * caller's, not the raised frame's until the caller returns */
+				if (t->gpu)
+					gpu_calls_exit(t->gpu, r->hdr.tid, s->frames[i].call_id,
+						       r->hdr.ts_ns);
 				break;
 			}
 		return;

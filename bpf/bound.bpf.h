@@ -506,7 +506,15 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 				if (pyo.version <= 312)
 					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
 			}
-			if (w.steps == 1 && pyo.version <= 312 && psp > sp)
+			/* the child called by the frame right below the parent's (3.12: a
+			 * C-stack shim between) */
+			__u8 owner = 0;
+			if (w.steps == 2 && pyo.version == 312)
+				bpf_probe_read_user(&owner, 1,
+						    (void *)(rd64(frame + pyo.frame_back) +
+							     pyo.iframe_owner));
+			if ((w.steps == 1 || owner == FRAME_OWNED_BY_CSTACK) &&
+			    pyo.version <= 312 && psp > sp)
 				bound_depth_learn(psp - sp);
 		}
 		return 0;

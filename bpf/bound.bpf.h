@@ -419,6 +419,37 @@ static __always_inline __u64 bound_frame(void)
 	return tstate_frame(tstate);
 }
 
+/* 3.9-3.12: C stack distances from a module call's entry to its children's calls (the
+ * parent's entry sp minus the child's) that a walk proved clean with the child called by
+ * the frame right below the parent's Module.__call__ frames (its forward or a hook):
+ * _call_impl enters forward through C (CALL_FUNCTION_EX), so each eval loop sits at a
+ * fixed C depth from the call's entry, and a bound call's children sit at least one
+ * C-entered loop deeper than its caller's. A first child at a known distance costs no
+ * read and no walk. */
+#define BOUND_DEPTHS 4
+__u32 bound_depth[BOUND_DEPTHS] = {};
+
+static __always_inline int bound_depth_clean(__u64 d)
+{
+	if (!d || d > 0xffffffffULL)
+		return 0;
+	for (int i = 0; i < BOUND_DEPTHS; i++)
+		if (bound_depth[i] == (__u32)d)
+			return 1;
+	return 0;
+}
+
+static __always_inline void bound_depth_learn(__u64 d)
+{
+	if (!d || d > 0xffffffffULL || bound_depth_clean(d))
+		return;
+	for (int i = 0; i < BOUND_DEPTHS; i++)
+		if (!bound_depth[i]) {
+			bound_depth[i] = (__u32)d;
+			return;
+		}
+}
+
 static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -441,7 +472,7 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * first frame or one further, that frame is kept in the parent's open call: the next
  * child called from a frame above it needs no walk. A global function: the verifier
  * checks it once, not inside each caller's paths. */
-__noinline int check_bound(__u64 parent, __u64 known, __u64 sp)
+__noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 {
 	if (!cfg.runtime)
 		return 0;
@@ -475,6 +506,16 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp)
 				if (pyo.version <= 312)
 					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
 			}
+			/* the child called by the frame right below the parent's (3.12: a
+			 * C-stack shim between) */
+			__u8 owner = 0;
+			if (w.steps == 2 && pyo.version == 312)
+				bpf_probe_read_user(&owner, 1,
+						    (void *)(rd64(frame + pyo.frame_back) +
+							     pyo.iframe_owner));
+			if ((w.steps == 1 || owner == FRAME_OWNED_BY_CSTACK) &&
+			    pyo.version <= 312 && psp > sp)
+				bound_depth_learn(psp - sp);
 		}
 		return 0;
 	}
@@ -514,11 +555,16 @@ static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 		return 0;
 	__u32 n = open ? open->n : 0;
 	if (!n)
-		return check_bound(0, 0, 0);
+		return check_bound(0, 0, 0, 0);
 	if (n > CALLS_MAX)
 		return 0;
 	struct open_call *top = &open->c[(n - 1) & (CALLS_MAX - 1)];
-	return check_bound(top->self, top->known, sp == top->known_sp ? 0 : sp);
+	if (!top->known_sp && pyo.version <= 312 && top->sp > sp &&
+	    bound_depth_clean(top->sp - sp)) {
+		top->known_sp = sp; /* its siblings at this depth: no read either */
+		return 0;
+	}
+	return check_bound(top->self, top->known, sp == top->known_sp ? 0 : sp, top->sp);
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */

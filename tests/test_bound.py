@@ -18,7 +18,7 @@ from numeric_compare import compare_numeric
 pytestmark = pytest.mark.root
 
 ROOT_SHAPES = ["dunder", "kwargs", "positional", "raises", "kwcall", "lower"]
-SUB_SHAPES = ["sub", "substep"]
+SUB_SHAPES = ["sub", "substep", "subfirst"]
 SHAPES = ROOT_SHAPES + SUB_SHAPES
 FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 
@@ -87,7 +87,7 @@ def check_shape(where, shape, mode, tmp_path):
 
 
 @pytest.mark.parametrize("shape", full(*SHAPES, default=("kwargs", "raises", "sub",
-                                                         "substep")))
+                                                         "substep", "subfirst")))
 def test_host_launch(evmbpf, shape, tmp_path):
     check_shape("host", shape, "launch", tmp_path)
 
@@ -180,10 +180,12 @@ def test_sid_generate(evmbpf, mode, name, tmp_path):
     compare_traces(ref, got, kwargs=True)
 
 
-PYENV_CELLS = [("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub")] + [
+PYENV_DEFAULT = (("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub"),
+                 ("3.12", "subfirst"), ("3.10", "subfirst"))
+PYENV_CELLS = list(PYENV_DEFAULT) + [
     pytest.param(v, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
     for v in ("3.9", "3.10", "3.12", "3.13") for s in SHAPES
-    if (v, s) not in (("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub"))]
+    if (v, s) not in PYENV_DEFAULT]
 
 
 @pytest.mark.parametrize("version,shape", PYENV_CELLS)

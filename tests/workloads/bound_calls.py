@@ -80,13 +80,31 @@ class Inner(nn.Module):
         return h
 
 
+class InnerFirst(nn.Module):
+    """Its first module call is a bound one (`self.first.__call__(h)`: nothing below
+    this module was cleared yet), after a helper called through C (`self.helper(*args)`)
+    that calls a child: what a parent's first child costs must not hide either."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = Block()
+        self.out = linear(4, 4)
+
+    def helper(self, h):
+        return self.out(h)
+
+    def forward(self, x):
+        h = self.first.__call__(x)
+        return self.helper(*(h,))
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
-    def __init__(self, stored=False):
+    def __init__(self, stored=False, first=False):
         super().__init__()
         self.embed = linear(3, 4)
-        self.inner = Inner(stored)
+        self.inner = InnerFirst() if first else Inner(stored)
         self.head = linear(4, 2)
 
     def forward(self, x):
@@ -95,8 +113,8 @@ class SubModel(nn.Module):
 
 def build():
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep"):
-        return SubModel(stored=shape == "substep")
+    if shape in ("sub", "substep", "subfirst"):
+        return SubModel(stored=shape == "substep", first=shape == "subfirst")
     return Model()
 
 
@@ -155,7 +173,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep"):
+    if shape in ("sub", "substep", "subfirst"):
         sub(model, x)
         return
     model(x)

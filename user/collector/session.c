@@ -73,6 +73,12 @@ int session_record(void *ctx, void *data, size_t size)
 	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
 	if (h->kind == REC_ENTER && (flags & REC_F_HELD) && s->skel)
 		cudamem_session_held(s, h->tid);
+	if ((h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD) &&
+	    !(flags & REC_F_PTRACE))
+		/* the breakpoint's SIGSTOP is sent from the trap with interrupts off, so the kernel
+		 * queues it a moment later (irq_work): read (and SIGCONT) only once it has stopped,
+		 * or the SIGCONT could come first and the stop stay for good */
+		wait_stopped(s->target.pid, 200);
 	trace_record(&s->trace, data, size);
 	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
 		samples_host_record(s, data);

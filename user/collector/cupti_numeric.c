@@ -172,23 +172,6 @@ static uint64_t post(const struct describe_ctx *ctx, const struct dnode_tensor *
 	return id;
 }
 
-static void note_nonfinite(struct describe_ctx *ctx, const struct dnode_tensor *t, int dtype,
-			   const struct cupti_req *q)
-{
-	long long cn = (long long)(float)q->nan, cp = (long long)(float)q->posinf,
-		  cm = (long long)(float)q->neginf;
-	if (!(cn || cp || cm) || ctx->nonfinite)
-		return;
-	ctx->nonfinite = 1;
-	ctx->nf_nan = cn, ctx->nf_posinf = cp, ctx->nf_neginf = cm;
-	ctx->nf_dtype = dtype;
-	ctx->nf_shape.len = 0;
-	buf_putc(&ctx->nf_shape, '[');
-	for (unsigned k = 0; k < t->ndim; k++)
-		buf_printf(&ctx->nf_shape, "%s%lld", k ? ", " : "", (long long)t->sizes[k]);
-	buf_putc(&ctx->nf_shape, ']');
-}
-
 void cupti_numeric_tensor(struct describe_ctx *ctx, const struct dnode_tensor *t,
 			  const struct dnode_tensor_data *d, int dtype, struct buf *out)
 {
@@ -215,7 +198,8 @@ void cupti_numeric_tensor(struct describe_ctx *ctx, const struct dnode_tensor *t
 		if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) == id) {
 			take(id);
 			if (q->status == CRS_OK)
-				note_nonfinite(ctx, t, dtype, q);
+				numeric_note_nonfinite(ctx, t, dtype, (long long)(float)q->nan,
+					       (long long)(float)q->posinf, (long long)(float)q->neginf);
 		} else if (!n.warned_late++) {
 			warnx_("warning: --stop-on-nonfinite --cupti: a CUDA tensor's stats took over "
 			       "%d s; its thread runs on (it will not stop there)", RESULT_MS / 1000);

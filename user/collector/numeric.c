@@ -344,14 +344,20 @@ void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct
 	}
 	buf_putc(out, '}');
 	free(v);
-	if ((cn || cp || cm) && !ctx->nonfinite) {
-		ctx->nonfinite = 1;
-		ctx->nf_nan = cn, ctx->nf_posinf = cp, ctx->nf_neginf = cm;
-		ctx->nf_dtype = dtype;
-		ctx->nf_shape.len = 0;
-		buf_putc(&ctx->nf_shape, '[');
-		for (unsigned k = 0; k < t->ndim; k++)
-			buf_printf(&ctx->nf_shape, "%s%lld", k ? ", " : "", (long long)t->sizes[k]);
-		buf_putc(&ctx->nf_shape, ']');
-	}
+	numeric_note_nonfinite(ctx, t, dtype, cn, cp, cm);
+}
+
+void numeric_note_nonfinite(struct describe_ctx *ctx, const struct dnode_tensor *t, int dtype,
+			    long long cn, long long cp, long long cm)
+{
+	if (!(cn || cp || cm) || ctx->nonfinite)
+		return;
+	ctx->nonfinite = 1;
+	ctx->nf_nan = cn, ctx->nf_posinf = cp, ctx->nf_neginf = cm;
+	ctx->nf_dtype = dtype;
+	ctx->nf_shape.len = 0;
+	buf_putc(&ctx->nf_shape, '[');
+	for (unsigned k = 0; k < t->ndim; k++)
+		buf_printf(&ctx->nf_shape, "%s%lld", k ? ", " : "", (long long)t->sizes[k]);
+	buf_putc(&ctx->nf_shape, ']');
 }

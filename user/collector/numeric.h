@@ -15,6 +15,10 @@
  * stats. Notes the first tensor with NaN/Inf in ctx->nonfinite. */
 void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct dnode_tensor *t,
 		   int dtype, struct buf *out);
+/* The first tensor with NaN/Inf of a record (counts cn/cp/cm), for --stop-on-nonfinite:
+ * its counts, dtype and shape in ctx (nothing when they are all 0 or one was noted). */
+void numeric_note_nonfinite(struct describe_ctx *ctx, const struct dnode_tensor *t, int dtype,
+			    long long cn, long long cp, long long cm);
 
 /* A REC_TENSOR_BYTES record (a small tensor's bytes read by the probe), kept for the
  * call record that follows it from the same thread. */

@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 
 #include "elfsym.h"
+#include "procstate.h"
 #include "util.h"
 
 #define BOUND_LINKS_MAX 256
@@ -118,7 +119,7 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			       strerror(err));
 	}
 	if (r->flags & REC_F_HELD)
-		kill(s->target.pid, SIGCONT);
+		continue_held(s->target.pid);
 }
 
 int bound_skip(const void *data, size_t size)

@@ -651,7 +651,7 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 			debugx("CUDA: stopped at a dlopen (%d so far): %s", ++s->cuda.load_stops,
 			       s->cuda.state == CM_NO_LIBRARY ? "no libc10_cuda.so yet" : "libc10_cuda.so mapped");
 		}
-		kill(s->target.pid, SIGCONT);
+		continue_held(s->target.pid);
 		watchdog_hold(s->target.pid, s->cuda.ld_link || s->skel->bss->cuda_init_hold ||
 						     s->skel->bss->hold_codes || s->skel->bss->samples_hold);
 		return;
@@ -665,7 +665,7 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,
 	       s->cuda.state == CM_READY ? "devices found" : "devices not found yet");
 	read_now(s, r->hdr.tid);
-	kill(s->target.pid, SIGCONT);
+	continue_held(s->target.pid);
 	watchdog_hold(s->target.pid, s->skel->bss->cuda_init_hold || s->skel->bss->hold_codes ||
 					     s->skel->bss->samples_hold);
 }

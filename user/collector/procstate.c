@@ -68,6 +68,12 @@ int hold_is_safe(pid_t pid, int launched)
 }
 
 /* Every task of pid stopped (state T), or timeout_ms passed. */
+void continue_held(pid_t pid)
+{
+	wait_stopped(pid, 200);
+	kill(pid, SIGCONT);
+}
+
 int wait_stopped(pid_t pid, int timeout_ms)
 {
 	char dir[64];

@@ -15,5 +15,10 @@ int process_gone(pid_t pid);
 int hold_is_safe(pid_t pid, int launched);
 /* 0 once every task of pid is stopped (state T); -1 after timeout_ms. */
 int wait_stopped(pid_t pid, int timeout_ms);
+/* Continue a target that a probe stopped (SIGSTOP) with its record: once it has stopped.
+ * The probe's signal can land after its record is read (a record is seen as soon as it
+ * is submitted; from a trap with interrupts off the kernel queues the signal a moment
+ * later), and a SIGCONT sent first would leave the stop in place for good. */
+void continue_held(pid_t pid);
 
 #endif

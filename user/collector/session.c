@@ -75,9 +75,8 @@ int session_record(void *ctx, void *data, size_t size)
 		cudamem_session_held(s, h->tid);
 	if ((h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD) &&
 	    !(flags & REC_F_PTRACE))
-		/* the breakpoint's SIGSTOP is sent from the trap with interrupts off, so the kernel
-		 * queues it a moment later (irq_work): read (and SIGCONT) only once it has stopped,
-		 * or the SIGCONT could come first and the stop stay for good */
+		/* read the contexts as the call received them: once the breakpoint's SIGSTOP,
+		 * queued a moment after the trap, has stopped it (continue_held() waits too) */
 		wait_stopped(s->target.pid, 200);
 	trace_record(&s->trace, data, size);
 	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
@@ -95,7 +94,7 @@ int session_record(void *ctx, void *data, size_t size)
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay)
 			usleep((useconds_t)atoi(delay) * 1000);
-		kill(s->target.pid, SIGCONT); /* the model, or the code objects, are read */
+		continue_held(s->target.pid); /* the model, or the code objects, are read */
 		/* rules, or note_samples, may hold it again */
 		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
 	}

@@ -35,6 +35,7 @@ static long describe_step(__u32 idx, void *ctx)
 			obj = 0;
 		/* a live tuple or list holds no NULL: its item array could not be read */
 		placeholder = !obj;
+		is_key = w->key;
 		if (++w->index >= w->count)
 			s->nstack--;
 		break;

@@ -36,7 +36,8 @@ struct work {
 	__u8 esize;     /* W_DICT: entry size */
 	__u8 koff;      /* W_DICT: key offset in an entry (value follows it) */
 	__u8 phase;     /* W_DICT: 0 key next, 1 value next */
-	__u8 pad[3];
+	__u8 key;       /* W_SEQ: the items of a dict key's tuple (str(key) is its repr) */
+	__u8 pad[2];
 };
 
 /* Fewer reads: each object's first HEAD_BYTES past its refcount come in one read (its
@@ -102,6 +103,7 @@ static __always_inline struct work *push(struct scratch *s, __u8 kind, __u64 bas
 	w->scanned = 0;
 	w->limit = 0;
 	w->phase = 0;
+	w->key = 0;
 	w->wlen = 0;
 	s->nstack = i + 1;
 	return w;
@@ -425,9 +427,12 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 	n->kind = kind == T_TUPLE ? N_TUPLE : N_LIST;
 	n->len = len;
 	__u32 items = len < width ? len : width;
-	/* a tuple used as a dict key is read at any depth: str(key) is its repr */
-	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH && !(is_key && kind == T_TUPLE))
+	/* a tuple used as a dict key, or in one, is read at any depth: str(key) is its repr */
+	int key_tuple = is_key && kind == T_TUPLE;
+	if (depth != ROOT_DEPTH && depth >= DESCRIBE_DEPTH && !key_tuple)
 		items = 0;
+	if (depth == ROOT_DEPTH - 1)
+		items = 0; /* its items' depth would read as the root's */
 	n->items = items;
 	commit(s, n, sizeof(*n));
 	if (!items)
@@ -440,6 +445,7 @@ static __always_inline void expand_seq(struct scratch *s, struct dnode *n, __u64
 		return;
 	}
 	w->count = items;
+	w->key = key_tuple;
 	/* a tuple's first items are in its head: the cursor's first window */
 	__u32 slot = w->depth & (WIN_SLOTS - 1);
 	__u32 io = pyo.tuple_items;

@@ -1,7 +1,7 @@
 """Values whose description takes more than one read of a container (bpf/values.bpf.h's
 head and windows): root args and kwargs wider than a window, a tuple wider than its head,
-dicts with deleted entries, a dict grown past its first table, tuple keys, strings and
-ints just past the head, a KV-cache-like object with many attributes."""
+dicts with deleted entries, a dict grown past its first table, tuple keys (and tuples in them,
+at any depth), strings and ints just past the head, a KV-cache-like object with many attributes."""
 import torch
 from torch import nn
 
@@ -31,6 +31,7 @@ class Model(nn.Module):
         for i in range(0, 30, 3):
             del holes[f"h{i}"]                             # deleted entries
         e(holes, {(1, "a"): 1, (2, 3.5): x, ("k",) * 3: None})
+        e({(2, (3, 4)): x, ((1, (2, ("a", None))),): 1, ((),): 3, (1.5, (True, -7)): 4})  # tuples in keys
         big = {}
         for i in range(200):
             big[i] = i                                     # a table resized, ints as keys

@@ -4,6 +4,7 @@
 # make test-matrix  the full version matrix, slow cells too (root)
 # make demo       trace the embedded demo workload and summarize it (root)
 # make bench      overhead benchmark, side by side
+# make readcost   build/readcost: the cost of one read of user memory (run by hand)
 # make install    install the binary and the man page under $(PREFIX)
 # make static     build/evmbpf-static: one file, no shared library (libc included)
 
@@ -159,6 +160,17 @@ demo: deps
 bench: deps
 	$(MAKE) all
 	$(PYTHON) scripts/bench.py $(BENCH_ARGS)
+
+# make readcost: build/readcost, what one read of user memory costs a uprobe program on
+# this kernel, by size, place and primitive (scripts/readcost/; run by hand, as root)
+.PHONY: readcost
+readcost: $(BUILD)/readcost
+$(BUILD)/readcost.bpf.o: scripts/readcost/readcost.bpf.c | $(BUILD)
+	$(call msg,BPF,$@)
+	$(Q)$(CLANG) $(BPFFLAGS) -c $< -o $@
+$(BUILD)/readcost: scripts/readcost/readcost.c $(BUILD)/readcost.skel.h
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $< -lbpf -lelf -lz -o $@
 
 install: $(BUILD)/evmbpf
 	install -D -m 0755 $(BUILD)/evmbpf $(DESTDIR)$(PREFIX)/bin/evmbpf

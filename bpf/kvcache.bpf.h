@@ -47,6 +47,7 @@ static __always_inline __s64 tensor_numel(__u64 obj, __s64 *dim_m2)
  *  - per tensor, one read for its type and TensorImpl pointer, one for the impl's back
  *    pointer and numel. */
 #define LAYER_SPAN 128
+#define PAIR_SPAN 512
 #define ITEMS_BATCH 16
 
 struct cache_walk {
@@ -76,6 +77,7 @@ struct cache_walk {
 	__u64 batch[ITEMS_BATCH];
 	__u8 span[LAYER_SPAN];
 	__u8 chunk[256];
+	__u8 pair[PAIR_SPAN + 8];
 };
 
 struct {
@@ -115,25 +117,11 @@ static __always_inline __s64 impl_numel(struct cache_walk *w, __u64 obj, __u64 i
 	return (__s64)rd64(impl + no);
 }
 
-static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
+/* A tensor counted: its type and TensorImpl pointer (impl -1: not read yet) read. */
+static __always_inline void count_tensor_at(struct cache_walk *w, __u64 t, __u64 type,
+					    __u64 impl)
 {
-	if (!t)
-		return;
 	__u32 li = layout_hint ? layout_hint - 1 : 0;
-	__u64 type = 0, impl = 0;
-	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
-	__u32 ib = io;
-	asm volatile("" : "+r"(ib));
-	ib &= 127;
-	if (ib >= 16 && ib <= 64 && !bpf_probe_read_user(w->chunk, ib, (void *)(t + 8))) {
-		type = *(__u64 *)w->chunk;
-		impl = *(__u64 *)&w->chunk[(io - 8) & 120];
-		if (io & 7)
-			impl = rd64(t + io);
-	} else {
-		type = rd64(t + 8);
-		impl = (__u64)-1;
-	}
 	if (!type || classify_type(type) != T_TENSOR)
 		return;
 	/* tensor_numel(t, NULL) */
@@ -172,6 +160,68 @@ static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 	w->tensors++;
 	if (!w->first)
 		w->first = t;
+}
+
+/* The tensor's type and TensorImpl pointer: the words at t + 8 and t + impl_off. */
+static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
+{
+	if (!t)
+		return;
+	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u64 type = 0, impl = 0;
+	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
+	__u32 ib = io;
+	asm volatile("" : "+r"(ib));
+	ib &= 127;
+	if (ib >= 16 && ib <= 64 && !bpf_probe_read_user(w->chunk, ib, (void *)(t + 8))) {
+		type = *(__u64 *)w->chunk;
+		impl = *(__u64 *)&w->chunk[(io - 8) & 120];
+		if (io & 7)
+			impl = rd64(t + io);
+	} else {
+		type = rd64(t + 8);
+		impl = (__u64)-1;
+	}
+	count_tensor_at(w, t, type, impl);
+}
+
+/* A layer's key and value tensors, counted in that order. Their Python objects are often
+ * allocated side by side (the same size class, one after the other: 256 bytes apart on
+ * 3.14 / torch 2.14): when the two heads lie within PAIR_SPAN bytes, one read gives both
+ * types and TensorImpl pointers; read, not assumed, so any other placement is read the
+ * ordinary way. */
+
+static __always_inline void count_pair(struct cache_walk *w, __u64 k, __u64 v)
+{
+	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
+	if (k && v && k != v && io >= 16 && io <= 64 && !(io & 7)) {
+		__u64 lo = k < v ? k : v;
+		__u64 d = k < v ? v - k : k - v;
+		if (d <= PAIR_SPAN - io && !(d & 7)) {
+			__u32 len = d + io; /* lo + 8 .. hi + io + 8 */
+			asm volatile("" : "+r"(len));
+			len &= 2 * PAIR_SPAN - 1;
+			if (len >= 16 && len <= PAIR_SPAN &&
+			    !bpf_probe_read_user(w->pair, len, (void *)(lo + 8))) {
+				__u32 a = (io - 8) & 56;         /* impl pointer of lo */
+				__u32 b = d & (PAIR_SPAN - 8);  /* type of the other */
+				__u32 c = (d + io - 8) & (PAIR_SPAN - 8);
+				__u64 tlo = *(__u64 *)w->pair, ilo = *(__u64 *)&w->pair[a];
+				__u64 thi = *(__u64 *)&w->pair[b], ihi = *(__u64 *)&w->pair[c];
+				if (k < v) {
+					count_tensor_at(w, k, tlo, ilo);
+					count_tensor_at(w, v, thi, ihi);
+				} else {
+					count_tensor_at(w, k, thi, ihi);
+					count_tensor_at(w, v, tlo, ilo);
+				}
+				return;
+			}
+		}
+	}
+	count_tensor(w, k);
+	count_tensor(w, v);
 }
 
 /* A layer's type seen first in this record: can its instances be read in one span? */
@@ -286,15 +336,15 @@ static long cache_step(__u32 i, void *ctx)
 		layer_tensors(w, layer_item(w, i), &w->lk, &w->lv);
 		if (i == 0)
 			w->k0 = w->lk;
-		count_tensor(w, w->lk);
-		count_tensor(w, w->lv);
+		count_pair(w, w->lk, w->lv);
 	} else {
 		__u64 k = layer_item(w, i);
 		if (i == 0)
 			w->k0 = k;
-		count_tensor(w, k);
 		if (w->vitems)
-			count_tensor(w, rd64(w->vitems + (__u64)i * 8));
+			count_pair(w, k, rd64(w->vitems + (__u64)i * 8));
+		else
+			count_tensor(w, k);
 	}
 	return 0;
 }

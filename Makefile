@@ -23,6 +23,9 @@ CFLAGS   += -Wall -Wextra -Wno-unused-parameter -std=gnu11 -D_GNU_SOURCE \
 LDLIBS   := -lbpf -lelf -lz -lcjson -lpcre2-8 -lm
 BPFFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Iinclude -Ivmlinux/$(ARCH) \
             -I$(BUILD) -Wall -Wno-unused-function -MMD -MP
+# COUNT_READS=1: a profiling build that counts the programs' reads per record
+# (bpf/readcount.bpf.h, scripts/readcount.py); give it its own BUILD=build-count
+BPFFLAGS += $(if $(COUNT_READS),-DEVMBPF_COUNT_READS)
 
 ifeq ($(V),1)
 Q :=

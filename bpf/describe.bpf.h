@@ -191,6 +191,7 @@ static __always_inline void finish(struct scratch *s)
 	r->nodes = s->nodes;
 	if (s->flags & REC_F_TRUNCATED)
 		__sync_fetch_and_add(&truncated_records, 1);
+	readcount_record(r->hdr.kind, r->self);
 	if (bpf_ringbuf_output(&events, s->buf, size, rb_flags(r->flags))) {
 		__sync_fetch_and_add(&dropped_records, 1);
 		__sync_fetch_and_add(&dropped_bytes, size);

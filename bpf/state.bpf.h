@@ -13,6 +13,7 @@
 #include <bpf/bpf_tracing.h>
 #include "evmbpf.h"
 #include "pyoffsets.h"
+#include "readcount.bpf.h" /* a profiling build's read counter (nothing otherwise) */
 
 const volatile struct py_offsets pyo = {};
 const volatile struct target_config cfg = {};

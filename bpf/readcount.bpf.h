@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: GPL-2.0
+/* readcount: reads of the target's memory counted per record (a profiling build only).
+ *
+ * Built with -DEVMBPF_COUNT_READS (make BUILD=build-count COUNT_READS=1), every
+ * bpf_probe_read_user of the programs is counted on its CPU, and each record handed to
+ * the ring buffer adds the reads made on its CPU since the one before (its program's
+ * reads, and those of any program in between that made no record) to read_counts, keyed
+ * by the called object's type and the record's kind. scripts/readcount.py reads the map
+ * while a workload waits, and names the types. Without the flag this file defines
+ * nothing and the programs are unchanged. */
+#ifndef EVMBPF_READCOUNT_BPF_H
+#define EVMBPF_READCOUNT_BPF_H
+
+#ifdef EVMBPF_COUNT_READS
+#define READCOUNT_CPUS 64
+__u64 reads_cpu[READCOUNT_CPUS];
+__u64 reads_cpu_seen[READCOUNT_CPUS];
+
+/* (bpf_probe_read_user) below is the helper itself: a parenthesized name is not expanded */
+#define bpf_probe_read_user(dst, n, src)                                                \
+	({                                                                              \
+		reads_cpu[bpf_get_smp_processor_id() & (READCOUNT_CPUS - 1)]++;         \
+		(bpf_probe_read_user)(dst, n, src);                                     \
+	})
+
+struct readcount_key {
+	__u64 type;
+	__u32 kind;
+	__u32 pad;
+};
+struct readcount_val {
+	__u64 records;
+	__u64 reads;
+	__u64 min_reads;
+	__u64 max_reads;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct readcount_key);
+	__type(value, struct readcount_val);
+} read_counts SEC(".maps");
+
+/* the key and a first value, off the stack (the programs' frames use it all) */
+struct readcount_tmp {
+	struct readcount_key k;
+	struct readcount_val z;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct readcount_tmp);
+} readcount_tmp_map SEC(".maps");
+
+/* global: its frame is its own, not added to the callers' (their stack is all used) */
+__noinline int readcount_record(__u32 kind, __u64 self)
+{
+	__u32 cpu = bpf_get_smp_processor_id() & (READCOUNT_CPUS - 1);
+	__u64 now = reads_cpu[cpu];
+	__u64 n = now - reads_cpu_seen[cpu];
+	reads_cpu_seen[cpu] = now;
+	__u32 zero = 0;
+	struct readcount_tmp *t = bpf_map_lookup_elem(&readcount_tmp_map, &zero);
+	if (!t)
+		return 0;
+	t->k.type = 0;
+	t->k.kind = kind;
+	t->k.pad = 0;
+	if (self)
+		(bpf_probe_read_user)(&t->k.type, 8, (void *)(self + 8));
+	struct readcount_val *v = bpf_map_lookup_elem(&read_counts, &t->k);
+	if (!v) {
+		t->z.records = 0;
+		t->z.reads = 0;
+		t->z.min_reads = ~0ULL;
+		t->z.max_reads = 0;
+		bpf_map_update_elem(&read_counts, &t->k, &t->z, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&read_counts, &t->k);
+		if (!v)
+			return 0;
+	}
+	__sync_fetch_and_add(&v->records, 1);
+	__sync_fetch_and_add(&v->reads, n);
+	if (n < v->min_reads)
+		v->min_reads = n;
+	if (n > v->max_reads)
+		v->max_reads = n;
+	return 0;
+}
+#else
+#define readcount_record(kind, self) do { } while (0)
+#endif
+
+#endif /* EVMBPF_READCOUNT_BPF_H */

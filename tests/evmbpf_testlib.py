@@ -262,6 +262,19 @@ def chroot_dir(name):
                           check=True).stdout.strip()
 
 
+def chroot_reference(chroot, tmp_path, workload, extra=()):
+    """A chroot's target and the reference's trace of workload in it (reference.jsonl in
+    tmp_path): (target, path, events). Skips the test when the chroot is not built."""
+    import pytest
+    if not chroot_dir(chroot):
+        pytest.skip(f"the {chroot} chroot is not built (scripts/chroot.sh ensure {chroot})")
+    target = chroot_target(chroot).with_outdir(tmp_path)
+    ref = str(tmp_path / "reference.jsonl")
+    r = target.reference(workload, ref, extra=extra)
+    assert r.returncode == 0, r.stderr
+    return target, ref, load(ref)
+
+
 def pyenv_python(version):
     """~/.pyenv/versions/X.Y.*/bin/pythonX.Y, or None."""
     import glob

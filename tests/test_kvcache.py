@@ -6,19 +6,14 @@ import os
 
 import pytest
 
-from evmbpf_testlib import OWN_WORKLOADS, chroot_dir, chroot_target, compare_traces, load
+from evmbpf_testlib import OWN_WORKLOADS, chroot_reference, compare_traces, load
 
 WORKLOAD = os.path.join(OWN_WORKLOADS, "kv_cache_layers.py")
 
 
 @pytest.mark.parametrize("chroot", ["trixie", "sid"])
 def test_kv_cache_layers(evmbpf, tmp_path, chroot):
-    if not chroot_dir(chroot):
-        pytest.skip(f"the {chroot} chroot is not built (scripts/chroot.sh ensure {chroot})")
-    target = chroot_target(chroot).with_outdir(tmp_path)
-    ref = str(tmp_path / "ref.jsonl")
-    target.reference(WORKLOAD, ref)
-    reference = load(ref)
+    target, ref, reference = chroot_reference(chroot, tmp_path, WORKLOAD)
     text = open(ref).read()
     assert '"layers": 4' in text and '"layers": 0' in text
     out = str(tmp_path / "launch.jsonl")

@@ -3,7 +3,8 @@
 each class's shared keys), grown step by step (the old tensors freed, new ones often at
 the same addresses), a layer whose __dict__ was made, a layer whose keys were deleted, a
 layer replaced by one of the other class, keys reassigned in place to tensors of other
-sizes and to something that is not a tensor. The reference and evmbpf must describe each
+sizes and to something that is not a tensor, keys and values made in either order, one
+tensor as both, a value that is not a tensor. The reference and evmbpf must describe each
 the same (3.13+: the layers' inline values are read in one go per layer)."""
 import torch
 from torch import nn
@@ -106,5 +107,16 @@ def run(model):
         cache.layers[3].keys = torch.zeros(1, 2, n, 4)
         model.head(cache)
     cache.layers[3].keys = "not a tensor"
+    model.head(cache)
+    # a layer's value made just before its key (side by side, the other order), the same
+    # tensor as key and value, a value that is not a tensor beside a tensor key: one read
+    # may give both heads, and each is checked as a tensor on its own
+    v = torch.zeros(1, 2, 3, 4)
+    k = torch.zeros(1, 2, 5, 4)
+    cache.layers[3].keys, cache.layers[3].values = k, v
+    model.head(cache)
+    cache.layers[3].values = k
+    model.head(cache)
+    cache.layers[3].values = (1, 2)
     model.head(cache)
     model(x, past_key_values=MixedCache(0))

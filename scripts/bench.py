@@ -18,10 +18,14 @@ DynamicCache, in the sid chroot, skipped when it is not built), each run a fresh
   numeric_held  the same with every tensor read while its thread is held
              (EVMBPF_NUMERIC_PROBE_BYTES=0: the cost of one hold per call with tensors)
   reference_numeric  the reference with numeric=True (its temporaries in the target)
+  base       evmbpf --pid as `evmbpf`, with the binary --evmbpf-base names (an earlier
+             build: before and after, interleaved in one run; only with --evmbpf-base)
 
 Tracers attach by pid while the workload waits after building its model. Printed per
 workload: µs added per module call (median over repeats, against plain's median), the
-ratios evmbpf/floor and reference/evmbpf, events per second in the timed loop, records
+ratios evmbpf/floor and reference/evmbpf, the same from the fastest iterations (each run's
+10th percentile iteration, the fastest run's; with the spread over runs: a loaded
+machine slows some iterations, not the fastest), events per second in the timed loop, records
 dropped (BPF counter, and the trace's `dropped` event), the collector's CPU time and
 peak RSS (wait4 rusage of the evmbpf process), and the BPF programs' own run time per
 run (kernel.bpf_stats_enabled=1; bpftool prog show run_time_ns / run_cnt), and the two
@@ -53,6 +57,8 @@ HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
 MODES = ["plain", "floor", "evmbpf", "tail", "reference", "numeric", "numeric_held",
          "reference_numeric"]
+ALL_MODES = MODES + ["base"]
+EVMBPF_BASE = None
 # iterations per run (timed), warm-up iterations
 ITERS = {"big": (20, 2), "small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2),
          "llama-depth-2": (150, 5), "llama-depth-8": (50, 3), "llama-depth-32": (15, 2)}
@@ -183,13 +189,13 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
         if not line.startswith("{"):
             raise RuntimeError(f"workload did not start: {line!r}")
         pid = json.loads(line)["ready"]
-        if mode in ("floor", "evmbpf", "tail", "numeric", "numeric_held"):
+        if mode in ("floor", "evmbpf", "base", "tail", "numeric", "numeric_held"):
             stats = os.path.join(tmp, "stats.json")
             err = os.path.join(tmp, "evmbpf.err")
             for p in (stats,):
                 if os.path.exists(p):
                     os.unlink(p)
-            cmd = [EVMBPF, "--pid", str(pid), "--stats", stats]
+            cmd = [EVMBPF_BASE if mode == "base" else EVMBPF, "--pid", str(pid), "--stats", stats]
             if mode == "floor":
                 cmd.append("--probe-floor")
             else:
@@ -309,7 +315,7 @@ def summarize(runs):
         calls = rs[0]["iters"] * rs[0]["calls_per_iter"]
         s = {"calls_per_run": calls, "calls_per_iter": rs[0]["calls_per_iter"],
              "python": rs[0].get("python"), "torch": rs[0].get("torch"), "modes": {}}
-        for mode in MODES:
+        for mode in ALL_MODES:
             m = [r for r in rs if r["mode"] == mode]
             if not m:
                 continue
@@ -331,7 +337,12 @@ def summarize(runs):
                 per_call = [x for x in per_call if x is not None]
                 if per_call:
                     d["bpf_ns_per_module_call"] = min(per_call)
-            if mode in ("evmbpf", "tail", "numeric", "numeric_held"):
+            p10 = [r["iter_p10"] for r in m if r.get("iter_p10") is not None]
+            if p10:
+                per = 1e6 / rs[0]["calls_per_iter"]
+                d["fast_us_per_call"] = min(p10) * per
+                d["fast_spread_us"] = (max(p10) - min(p10)) * per
+            if mode in ("evmbpf", "base", "tail", "numeric", "numeric_held"):
                 st = [r["stats"] for r in m if r.get("stats")]
                 if mode.startswith("numeric"):
                     d["holds_per_call"] = med([x.get("holds", 0) / calls for x in st])
@@ -350,6 +361,8 @@ def summarize(runs):
                 if mode != "plain":
                     d["us_added_per_call"] = (d["secs_median"] - plain["secs_median"]) / calls * 1e6
                     d["us_added_per_call_min"] = (d["secs_min"] - plain["secs_min"]) / calls * 1e6
+                    if "fast_us_per_call" in d and "fast_us_per_call" in plain:
+                        d["fast_us_added"] = d["fast_us_per_call"] - plain["fast_us_per_call"]
         M = s["modes"]
 
         def ratio(a, b):
@@ -366,6 +379,15 @@ def summarize(runs):
         s["ratio_evmbpf_floor"] = ratio("evmbpf", "floor")
         s["ratio_tail_floor"] = ratio("tail", "floor")
         s["ratio_reference_evmbpf"] = ratio("reference", "evmbpf")
+
+        def ratio_fast(a, b):
+            if a in M and b in M and M[b].get("fast_us_added"):
+                return M[a].get("fast_us_added", 0) / M[b]["fast_us_added"]
+            return None
+        s["ratio_evmbpf_floor_fast"] = ratio_fast("evmbpf", "floor")
+        s["ratio_base_floor_fast"] = ratio_fast("base", "floor")
+        s["ratio_reference_evmbpf_fast"] = ratio_fast("reference", "evmbpf")
+        s["ratio_reference_base_fast"] = ratio_fast("reference", "base")
         out[wl] = s
     return out
 
@@ -400,6 +422,16 @@ def print_summary(summary, prev=None):
               f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')} "
               f"(medians); from the fastest runs: {fmt(s['ratio_evmbpf_floor_min'])}, "
               f"{fmt(s['ratio_tail_floor_min'])}, {fmt(s['ratio_reference_evmbpf_min'], '.1f')}")
+        fast = [f"{mode} {fmt(d['fast_us_added'])} (±{fmt(d.get('fast_spread_us'))})"
+                for mode, d in s["modes"].items() if d.get("fast_us_added") is not None]
+        if fast:
+            print(f"fastest iterations, µs added per call (spread over runs): {', '.join(fast)}; "
+                  f"plain {fmt(s['modes'].get('plain', {}).get('fast_us_per_call'))} µs/call "
+                  f"(±{fmt(s['modes'].get('plain', {}).get('fast_spread_us'))})")
+            print(f"  evmbpf/floor {fmt(s['ratio_evmbpf_floor_fast'])}, reference/evmbpf "
+                  f"{fmt(s['ratio_reference_evmbpf_fast'], '.1f')}"
+                  + (f"; base/floor {fmt(s['ratio_base_floor_fast'])}, reference/base "
+                     f"{fmt(s['ratio_reference_base_fast'], '.1f')}" if "base" in s["modes"] else ""))
         if prev and wl in prev:
             p = prev[wl]
             print("compared with the earlier file (µs added per call, before -> after):")
@@ -474,11 +506,17 @@ def main():
     ap.add_argument("--drop-check", action="store_true")
     ap.add_argument("--note", default="", help="free text stored in the results")
     ap.add_argument("--evmbpf", help="the evmbpf binary to measure (default build/evmbpf)")
+    ap.add_argument("--evmbpf-base", help="an earlier evmbpf binary, measured as mode `base` "
+                                          "beside `evmbpf` (added to --modes)")
     opts = ap.parse_args()
 
-    global EVMBPF
+    global EVMBPF, EVMBPF_BASE
     if opts.evmbpf:
         EVMBPF = os.path.abspath(opts.evmbpf)
+    if opts.evmbpf_base:
+        EVMBPF_BASE = os.path.abspath(opts.evmbpf_base)
+        if not os.access(EVMBPF_BASE, os.X_OK):
+            sys.exit(f"--evmbpf-base {opts.evmbpf_base}: not an executable file")
     if os.geteuid() != 0:
         sys.exit("bench.py needs root (BPF)")
     if not os.access(EVMBPF, os.X_OK):
@@ -498,6 +536,10 @@ def main():
             "(scripts/chroot.sh ensure sid)")
         workloads = [w for w in workloads if not w.startswith("llama")]
     modes = [m for m in opts.modes.split(",") if m]
+    if EVMBPF_BASE and "base" not in modes:
+        modes.insert(modes.index("evmbpf") + 1 if "evmbpf" in modes else len(modes), "base")
+    if "base" in modes and not EVMBPF_BASE:
+        sys.exit("mode base needs --evmbpf-base BINARY")
     with open("/proc/sys/kernel/bpf_stats_enabled") as f:
         stats_before = f.read().strip()
     if stats_before != "1":

@@ -165,8 +165,8 @@ static __always_inline void count_tensor_at(struct cache_walk *w, __u64 t, __u64
 /* The tensor's type and TensorImpl pointer: the words at t + 8 and t + impl_off. */
 static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 {
-	if (!t)
-		return;
+	if (!t || t == cfg.none_obj)
+		return; /* None (a layer not filled yet): no tensor, nothing to read */
 	__u32 li = layout_hint ? layout_hint - 1 : 0;
 	__u64 type = 0, impl = 0;
 	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
@@ -195,9 +195,11 @@ static __always_inline void count_pair(struct cache_walk *w, __u64 k, __u64 v)
 {
 	__u32 li = layout_hint ? layout_hint - 1 : 0;
 	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
-	if (k && v && k != v && io >= 16 && io <= 64 && !(io & 7)) {
+	if (k && v && k != v && k != cfg.none_obj && v != cfg.none_obj && io >= 16 && io <= 64 &&
+	    !(io & 7)) {
 		__u64 lo = k < v ? k : v;
 		__u64 d = k < v ? v - k : k - v;
+		readcount_note(RC_PAIR_TRIED);
 		if (d <= PAIR_SPAN - io && !(d & 7)) {
 			__u32 len = d + io; /* lo + 8 .. hi + io + 8 */
 			asm volatile("" : "+r"(len));
@@ -207,6 +209,7 @@ static __always_inline void count_pair(struct cache_walk *w, __u64 k, __u64 v)
 				__u32 a = (io - 8) & 56;         /* impl pointer of lo */
 				__u32 b = d & (PAIR_SPAN - 8);  /* type of the other */
 				__u32 c = (d + io - 8) & (PAIR_SPAN - 8);
+				readcount_note(RC_PAIR_READ);
 				__u64 tlo = *(__u64 *)w->pair, ilo = *(__u64 *)&w->pair[a];
 				__u64 thi = *(__u64 *)&w->pair[b], ihi = *(__u64 *)&w->pair[c];
 				if (k < v) {

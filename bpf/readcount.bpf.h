@@ -6,7 +6,8 @@
  * the ring buffer adds the reads made on its CPU since the one before (its program's
  * reads, and those of any program in between that made no record) to read_counts, keyed
  * by the called object's type and the record's kind. scripts/readcount.py reads the map
- * while a workload waits, and names the types. Without the flag this file defines
+ * while a workload waits, and names the types; readcount_note() counts a path taken (the
+ * KV cache's paired reads). Without the flag this file defines
  * nothing and the programs are unchanged. */
 #ifndef EVMBPF_READCOUNT_BPF_H
 #define EVMBPF_READCOUNT_BPF_H
@@ -88,8 +89,35 @@ __noinline int readcount_record(__u32 kind, __u64 self)
 		v->max_reads = n;
 	return 0;
 }
+
+/* a path the programs took, counted as records of kind 100 + what */
+enum { RC_PAIR_TRIED, RC_PAIR_READ };
+__noinline int readcount_note(__u32 what)
+{
+	__u32 zero = 0;
+	struct readcount_tmp *t = bpf_map_lookup_elem(&readcount_tmp_map, &zero);
+	if (!t)
+		return 0;
+	t->k.type = 0;
+	t->k.kind = 100 + what;
+	t->k.pad = 0;
+	struct readcount_val *v = bpf_map_lookup_elem(&read_counts, &t->k);
+	if (!v) {
+		t->z.records = 0;
+		t->z.reads = 0;
+		t->z.min_reads = 0;
+		t->z.max_reads = 0;
+		bpf_map_update_elem(&read_counts, &t->k, &t->z, BPF_NOEXIST);
+		v = bpf_map_lookup_elem(&read_counts, &t->k);
+		if (!v)
+			return 0;
+	}
+	__sync_fetch_and_add(&v->records, 1);
+	return 0;
+}
 #else
 #define readcount_record(kind, self) do { } while (0)
+#define readcount_note(what) do { } while (0)
 #endif
 
 #endif /* EVMBPF_READCOUNT_BPF_H */

@@ -91,7 +91,7 @@ int main(int argc, char **argv)
 		cold[i] = 1; /* faulted in: a read never finds a page missing */
 	uint64_t page = (uint64_t)cold + 4096; /* page aligned */
 
-	static const uint32_t sizes[] = { 8, 64, 256, 1024 };
+	static const uint32_t sizes[] = { 8, 64, 256, 1024, 2048, 4096 };
 	static const struct { const char *name; int mode, sleepable; } prims[] = {
 		{ "bpf_probe_read_user (to a global)", M_PROBE_READ_USER, 0 },
 		{ "bpf_probe_read_user (to per-CPU)", M_PROBE_READ_USER_PERCPU, 0 },

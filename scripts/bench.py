@@ -23,9 +23,10 @@ DynamicCache, in the sid chroot, skipped when it is not built), each run a fresh
 
 Tracers attach by pid while the workload waits after building its model. Printed per
 workload: µs added per module call (median over repeats, against plain's median), the
-ratios evmbpf/floor and reference/evmbpf, the same from the fastest iterations (each run's
-10th percentile iteration, the fastest run's; with the spread over runs: a loaded
-machine slows some iterations, not the fastest), events per second in the timed loop, records
+ratios evmbpf/floor and reference/evmbpf, the same from the fastest iterations in the
+target thread's CPU time (each run's 10th percentile iteration, the fastest run's, with
+the spread over runs: the probes' traps and programs run on that thread, and the time a
+loaded machine makes it wait for a CPU is not counted), events per second in the timed loop, records
 dropped (BPF counter, and the trace's `dropped` event), the collector's CPU time and
 peak RSS (wait4 rusage of the evmbpf process), and the BPF programs' own run time per
 run (kernel.bpf_stats_enabled=1; bpftool prog show run_time_ns / run_cnt), and the two
@@ -337,7 +338,7 @@ def summarize(runs):
                 per_call = [x for x in per_call if x is not None]
                 if per_call:
                     d["bpf_ns_per_module_call"] = min(per_call)
-            p10 = [r["iter_p10"] for r in m if r.get("iter_p10") is not None]
+            p10 = [r["iter_cpu_p10"] for r in m if r.get("iter_cpu_p10") is not None]
             if p10:
                 per = 1e6 / rs[0]["calls_per_iter"]
                 d["fast_us_per_call"] = min(p10) * per
@@ -425,7 +426,7 @@ def print_summary(summary, prev=None):
         fast = [f"{mode} {fmt(d['fast_us_added'])} (±{fmt(d.get('fast_spread_us'))})"
                 for mode, d in s["modes"].items() if d.get("fast_us_added") is not None]
         if fast:
-            print(f"fastest iterations, µs added per call (spread over runs): {', '.join(fast)}; "
+            print(f"fastest iterations (thread CPU), µs added per call (spread over runs): {', '.join(fast)}; "
                   f"plain {fmt(s['modes'].get('plain', {}).get('fast_us_per_call'))} µs/call "
                   f"(±{fmt(s['modes'].get('plain', {}).get('fast_spread_us'))})")
             print(f"  evmbpf/floor {fmt(s['ratio_evmbpf_floor_fast'])}, reference/evmbpf "

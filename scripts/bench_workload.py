@@ -142,7 +142,9 @@ def main():
         emit({"ready": os.getpid()})
         sys.stdin.readline()
 
-    times = []  # each timed iteration's seconds: the fastest ones shrug off a loaded machine
+    # each timed iteration's seconds, wall and this thread's CPU (the probes' traps and
+    # programs run on it; time spent waiting for a CPU other work holds does not count)
+    times, cpu_times = [], []
 
     def timed():
         for _ in range(args.warmup):
@@ -161,9 +163,10 @@ def main():
                         return now - start, iters
         start = time.perf_counter()
         for _ in range(args.iters):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             work()
             times.append(time.perf_counter() - t0)
+            cpu_times.append(time.thread_time() - c0)
         return time.perf_counter() - start, args.iters
 
     with torch.no_grad():
@@ -181,7 +184,9 @@ def main():
         calls = count_calls(torch, work)
     import resource
     times.sort()
-    fast = {"iter_min": times[0], "iter_p10": times[len(times) // 10]} if times else {}
+    cpu_times.sort()
+    fast = {"iter_min": times[0], "iter_p10": times[len(times) // 10],
+            "iter_cpu_min": cpu_times[0], "iter_cpu_p10": cpu_times[len(times) // 10]} if times else {}
     emit({"secs": secs, "iters": iters, "warmup": args.warmup, "calls_per_iter": calls, **fast,
           "python": sys.version.split()[0], "torch": torch.__version__,
           "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})

@@ -12,7 +12,8 @@ import os
 import pytest
 
 from evmbpf_testlib import (HOST_PYTHON, OWN_WORKLOADS, MatrixTarget, chroot_ensure,
-                            chroot_target, compare_traces, load, pyenv_target, torch_major)
+                            chroot_target, compare_traces, host_shared_target, load,
+                            pyenv_target, torch_major)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
@@ -38,10 +39,16 @@ def host_target():
     return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
 
 
-def cell_target(where):
-    """host, a chroot's name, or pyenvX.Y (the stand-in torch); None: not here."""
+def cell_target(where, outdir=None):
+    """host, host-shared (an embedder of the shared libpython3.11, built in outdir), a
+    chroot's name, or pyenvX.Y (the stand-in torch)."""
     if where == "host":
         return host_target()
+    if where == "host-shared":
+        target = host_shared_target(outdir)
+        if target is None:
+            pytest.skip("no python3.11-config (libpython3.11-dev)")
+        return target
     if where.startswith("pyenv"):
         target = pyenv_target(where[len("pyenv"):])
         if target is None:
@@ -56,7 +63,7 @@ def cell_target(where):
 def run_cell(where, path, mode, tmp_path, evmbpf_args=(), ref_args=()):
     """The reference's trace and evmbpf's (launched or by --pid) of one workload in one
     cell; (reference events, evmbpf events, evmbpf's stderr)."""
-    target = cell_target(where).with_outdir(tmp_path)
+    target = cell_target(where, tmp_path).with_outdir(tmp_path)
     ref = os.path.join(target.outdir, "ref.jsonl")
     out = os.path.join(target.outdir, "got.jsonl")
     result = target.reference(path, ref, extra=ref_args)
@@ -96,6 +103,15 @@ def test_host_launch(evmbpf, shape, tmp_path):
                                        default=("kwargs", "sub")))
 def test_host_pid(evmbpf, shape, tmp_path):
     check_shape("host", shape, "pid", tmp_path)
+
+
+@pytest.mark.parametrize("shape,mode", [("kwargs", "launch"), ("sub", "pid")] + full(
+    *[(s, m) for m in ("launch", "pid") for s in SHAPES
+      if (s, m) not in (("kwargs", "launch"), ("sub", "pid"))]))
+def test_host_shared_libpython(evmbpf, shape, mode, tmp_path):
+    """The host's CPython 3.11 as a shared libpython3.11 (Debian's package, run by an
+    embedder): slot_tp_call, the frames and the call sites are in the library."""
+    check_shape("host-shared", shape, mode, tmp_path)
 
 
 def test_host_numeric(evmbpf, tmp_path):

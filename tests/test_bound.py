@@ -155,6 +155,25 @@ def test_host_nested_said(evmbpf, tmp_path):
     assert not any(e.get("module") in ("inner", "inner.first") for e in got)
 
 
+@pytest.mark.parametrize("where", ["host"] + full("bullseye", "trixie", "sid",
+                                                   "pyenv3.10", "pyenv3.12"))
+def test_leaf_said(evmbpf, where, tmp_path):
+    """A module without submodules called through its bound __call__
+    (`self.proj.__call__(h)`) makes no module call of its own: evmbpf does not see it. It
+    says so once on stderr (the parent's forward names `__call__`), and writes nothing
+    for it: the rest of the trace is the reference's without the leaf's calls (their call
+    ids aside)."""
+    ref, got, err, target = run_cell(where, workload("subleaf"), "launch", tmp_path)
+    assert err.count("calls modules through their bound __call__") == 1, err
+    assert "InnerLeaf.forward (inner)" in err, err
+    assert sum(e.get("module") == "inner.proj" for e in ref) == 6
+    assert not any(e.get("module") == "inner.proj" for e in got)
+    keep = [e for e in ref if e.get("module") != "inner.proj"]
+    for e in keep + got:
+        e.pop("call", None)
+    compare_traces(keep, got, kwargs=target.kwargs)
+
+
 CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
     pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
     for c in ("trixie", "sid") for s in SHAPES if (c, s) not in (("trixie", "kwcall"),
@@ -166,8 +185,10 @@ def test_chroot_launch(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "launch", tmp_path)
 
 
-@pytest.mark.parametrize("chroot,shape", full(("trixie", "sub"), ("sid", "sub"),
-                                              ("sid", "kwcall")))
+@pytest.mark.parametrize("chroot,shape", full(
+    ("trixie", "sub"), ("sid", "sub"), ("sid", "kwcall"), ("trixie", "subfirst"),
+    ("sid", "subfirst"), ("trixie", "substep"), ("sid", "substep"), ("bullseye", "sub"),
+    ("bullseye", "subfirst")))
 def test_chroot_pid(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "pid", tmp_path)
 
@@ -212,7 +233,8 @@ def test_pyenv_standin(evmbpf, version, shape, tmp_path):
 
 
 @pytest.mark.parametrize("version,shape", [("3.10", "raises")] + full(
-    ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower")))
+    ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower"), ("3.9", "subfirst"),
+    ("3.10", "subfirst"), ("3.12", "subfirst"), ("3.13", "sub"), ("3.13", "subfirst")))
 def test_pyenv_standin_pid(evmbpf, version, shape, tmp_path):
     """--pid on pyenv's CPython: the bound calls after the attach are traced."""
     check_shape("pyenv" + version, shape, "pid", tmp_path)

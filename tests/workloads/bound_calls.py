@@ -98,13 +98,29 @@ class InnerFirst(nn.Module):
         return self.helper(*(h,))
 
 
+class InnerLeaf(nn.Module):
+    """Calls a module without submodules through its bound __call__
+    (`self.proj.__call__(h)`): it makes no module call of its own, so evmbpf does not see
+    it (docs/design.md), and says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = linear(4, 4)
+        self.proj = linear(4, 4)
+
+    def forward(self, x):
+        h = self.out(x)
+        return self.proj.__call__(h)
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
-    def __init__(self, stored=False, first=False):
+    def __init__(self, stored=False, first=False, leaf=False):
         super().__init__()
         self.embed = linear(3, 4)
-        self.inner = InnerFirst() if first else Inner(stored)
+        self.inner = (InnerLeaf() if leaf else InnerFirst() if first else
+                      Inner(stored))
         self.head = linear(4, 2)
 
     def forward(self, x):
@@ -113,8 +129,9 @@ class SubModel(nn.Module):
 
 def build():
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst"):
-        return SubModel(stored=shape == "substep", first=shape == "subfirst")
+    if shape in ("sub", "substep", "subfirst", "subleaf"):
+        return SubModel(stored=shape == "substep", first=shape == "subfirst",
+                        leaf=shape == "subleaf")
     return Model()
 
 
@@ -173,7 +190,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst"):
+    if shape in ("sub", "substep", "subfirst", "subleaf"):
         sub(model, x)
         return
     model(x)

@@ -139,6 +139,71 @@ void bound_detach(void)
 	nlinks = 0;
 }
 
+/* A function's code names `__call__` (co_names: a `.__call__` attribute load). */
+static int code_names_call(const struct pyreader *r, uint64_t func)
+{
+	char tname[16];
+	if (!func || py_type_name(r, py_type(r, func), tname, sizeof(tname)) ||
+	    strcmp(tname, "function"))
+		return 0;
+	int err = 0;
+	uint64_t code = pm_u64(r, func + r->off->func_code, &err);
+	/* PyCodeObject.co_names: after the fixed ints on 3.9/3.10, right after co_consts
+	 * from 3.11 */
+	uint64_t names = err ? 0 : pm_u64(r, code + (r->off->version <= 310 ? 64 : 32), &err);
+	if (err || !names || py_type_name(r, py_type(r, names), tname, sizeof(tname)) ||
+	    strcmp(tname, "tuple"))
+		return 0;
+	int64_t n = (int64_t)pm_u64(r, names + 16, &err);
+	for (int64_t i = 0; !err && i < n && i < 4096; i++) {
+		char name[16];
+		uint64_t item = pm_u64(r, names + r->off->tuple_items + 8 * (uint64_t)i, &err);
+		if (!err && py_str(r, item, name, sizeof(name)) >= 0 && !strcmp(name, "__call__"))
+			return 1;
+	}
+	return 0;
+}
+
+/* The forward type(obj) runs: the first class of its MRO whose __dict__ has one. */
+static uint64_t type_forward(const struct pyreader *r, uint64_t type)
+{
+	int err = 0;
+	uint64_t mro = pm_u64(r, type + r->off->tp_mro, &err);
+	int64_t n = err || !mro ? 0 : (int64_t)pm_u64(r, mro + 16, &err);
+	for (int64_t i = 0; !err && i < n && i < 64; i++) {
+		uint64_t base = pm_u64(r, mro + r->off->tuple_items + 8 * (uint64_t)i, &err);
+		uint64_t dict = err ? 0 : pm_u64(r, base + r->off->tp_dict, &err);
+		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, "forward");
+		if (f)
+			return f;
+	}
+	return 0;
+}
+
+void bound_forwards(const struct pyreader *r, const struct modtree *m)
+{
+	static uint64_t seen[256];
+	static int nseen, said;
+	for (size_t i = 0; !said && i < m->cap; i++) {
+		const struct mod_entry *e = &m->slots[i];
+		uint64_t type = e->obj ? py_type(r, e->obj) : 0;
+		int known = !type;
+		for (int k = 0; k < nseen && !known; k++)
+			known = seen[k] == type;
+		if (known)
+			continue;
+		if (nseen < (int)(sizeof(seen) / sizeof(seen[0])))
+			seen[nseen++] = type;
+		if (!code_names_call(r, type_forward(r, type)))
+			continue;
+		said = 1;
+		warnx_("warning: %s.forward (%s) calls modules through their bound __call__ "
+		       "(`m.__call__(x)`): such a call is traced from its first module call on; "
+		       "one that makes none (a module without submodules, such as nn.Linear) or "
+		       "raises before it is not seen (see docs/design.md)", e->type_name, e->path);
+	}
+}
+
 /* PYTHON_JIT in the target's environment: its value, or NULL when unset. */
 static const char *env_jit(pid_t pid, char *buf, size_t cap)
 {

@@ -2,6 +2,7 @@
 #ifndef EVMBPF_BOUND_H
 #define EVMBPF_BOUND_H
 
+#include "modtree.h"
 #include "session.h"
 
 /* A new call site (REC_BOUND_SITE): watch it on its thread, continue a held target. */
@@ -12,6 +13,10 @@ int bound_skip(const void *data, size_t size);
  * (3.13+ built with --enable-experimental-jit, not turned off by PYTHON_JIT=0): bound
  * calls are then not followed. */
 int bound_jit(const struct target *t);
+/* Said once on stderr when a module class's forward in the model's tree calls modules
+ * through their bound __call__ (its code names `__call__`): such a call that makes no
+ * module call of its own, or raises before its first, is not seen. */
+void bound_forwards(const struct pyreader *r, const struct modtree *m);
 /* Remove every watchpoint. */
 void bound_detach(void);
 

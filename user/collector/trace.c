@@ -8,6 +8,7 @@
 
 #include <bpf/bpf.h>
 
+#include "bound.h"
 #include "describe.h"
 #include "gpu_calls.h"
 #include "jsonw.h"
@@ -70,6 +71,7 @@ static int set_root(struct trace *t, uint64_t self)
 		       "only the root is named");
 	}
 	t->root = self;
+	bound_forwards(&t->target->reader, &t->mods);
 	if (t->pattern)
 		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);

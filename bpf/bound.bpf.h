@@ -261,14 +261,18 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		st->next_at[n] = next_at;
 		st->state[n] = 0;
 		st->nsites = n + 1;
-		bound_site_record(st, call_at, next_at, code, bound_hold ? REC_F_HELD : 0);
-		if (bound_hold)
+		/* the outer of two: the inner's site, found right after in this probe's chain,
+		 * holds the target while both are armed (or, known already, does not) */
+		__u8 hold = bound_hold && !st->outer;
+		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD : 0);
+		if (hold)
 			bpf_send_signal(19 /* SIGSTOP */);
 	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
 		return 0;
 	}
 
-	bound_enter_record(self);
+	if (!st->outer) /* the outer of two: bound_outer writes its entry */
+		bound_enter_record(self);
 	k &= BOUND_OPEN - 1;
 	st->open[k].frame = Rin;
 	st->open[k].self = self;
@@ -519,15 +523,12 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 		}
 		return 0;
 	}
-	/* the group's outermost frame: torch 2's _wrapped_call_impl around _call_impl */
+	/* the outermost group (its outermost frame: torch 2's _wrapped_call_impl around
+	 * _call_impl). Two or more bound calls entered since the last module call: the
+	 * outermost is opened here, its entry written by bound_outer (a tail call: one
+	 * description pass describes one call's args), which runs call_enter again, whose
+	 * walk stops at it and finds the next */
 	__u64 self = w.gself, R = w.gouter;
-	if (w.ngroups > 1) {
-		/* two bound calls entered since the last module call: one description pass
-		 * describes one call's args; neither is written */
-		bound_said(unref(rd64(R + (old ? pyo.frameobj_code : pyo.iframe_code))), 1,
-			   BOUND_SITE_F_NESTED);
-		return 0;
-	}
 	if (!st) {
 		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&bound_threads, &tid);
@@ -536,12 +537,54 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 	}
 	st->args = unref(rd64(R + pyo.iframe_localsplus + 8));
 	st->kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
+	st->outer = w.ngroups > 1;
 	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
 	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */
 	__u64 C = rd64(R + pyo.frame_back);
-	if (old)
-		return bound_old_site(w.ginner, C, self);
-	return bound_new_site(R, w.ginner, C, self);
+	int found = old ? bound_old_site(w.ginner, C, self) : bound_new_site(R, w.ginner, C, self);
+	st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st)
+		return 0;
+	if (!st->outer)
+		return found;
+	st->outer = 0;
+	return found ? 2 : 0;
+}
+
+/* The tail call to bound_outer failed: the outer call opened is not traced, nor the
+ * inner; said once. */
+static __always_inline void bound_outer_failed(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (st && st->nopen && st->nopen <= BOUND_OPEN)
+		st->nopen--;
+	bound_said(0, 1, BOUND_SITE_F_NESTED);
+}
+
+/* The outer of two bound calls entered one right inside the other (check_bound returned
+ * 2, it is open): its entry, a REC_ENTER of its own (REC_F_BOUND | REC_F_BOUND_SELF) whose
+ * nodes are its args and kwargs. */
+static __always_inline void bound_outer_record(__u64 sp)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st || !st->nopen || st->nopen > BOUND_OPEN)
+		return;
+	__u64 self = st->open[(st->nopen - 1) & (BOUND_OPEN - 1)].self;
+	__u64 args = st->args, kwargs = st->kwargs;
+	struct scratch *s = begin(REC_ENTER, self, sp);
+	if (!s)
+		return;
+	struct rec_call *r = (void *)s->buf;
+	r->flags = REC_F_BOUND | REC_F_BOUND_SELF;
+	r->marker = active_marker();
+	push(s, W_ONE, kwargs, ROOT_DEPTH);
+	push(s, W_ONE, args, ROOT_DEPTH);
+	describe(s);
+	if (s->nstack)
+		s->flags |= REC_F_TRUNCATED;
+	finish(s);
 }
 
 /* At a module call (open: the thread's recorded calls, sp: the call's stack pointer): 1

@@ -79,6 +79,20 @@ int samples_watch(struct bpf_perf_event_data *ctx)
 	return samples_seen();
 }
 
+int call_enter(struct pt_regs *ctx);
+int bound_outer(struct pt_regs *ctx);
+
+/* bound.bpf.h: two bound calls entered one right inside the other: call_enter -> bound_outer
+ * (the outer's entry) -> call_enter again (the inner's, and the module call's own) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(void *));
+} bound_progs SEC(".maps") = {
+	.values = { [0] = (void *)&bound_outer, [1] = (void *)&call_enter },
+};
+
 SEC("uprobe")
 int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 {
@@ -89,7 +103,13 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	check_orphans();
 	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	struct bound_thread *bound = NULL;
-	if (!orphans_pending && bound_check(open, sp)) {
+	int found = orphans_pending ? 0 : bound_check(open, sp);
+	if (found == 2) {
+		bpf_tail_call(ctx, &bound_progs, 0);
+		bound_outer_failed();
+		found = 0;
+	}
+	if (found) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		bound = bpf_map_lookup_elem(&bound_threads, &tid);
 	}
@@ -166,6 +186,16 @@ int BPF_KRETPROBE(call_exit, void *ret)
 			s->flags |= REC_F_TRUNCATED;
 	}
 	finish(s);
+	return 0;
+}
+
+/* The outer of two bound calls entered one right inside the other: its entry, then the
+ * module call's probe again (bound_progs) */
+SEC("uprobe")
+int BPF_KPROBE(bound_outer)
+{
+	bound_outer_record(PT_REGS_SP(ctx));
+	bpf_tail_call(ctx, &bound_progs, 1);
 	return 0;
 }
 

@@ -113,6 +113,29 @@ class InnerLeaf(nn.Module):
         return self.proj.__call__(h)
 
 
+class Nested(nn.Module):
+    """Its first module call is a bound one: called itself through its bound __call__,
+    two bound calls are entered with no module call between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = Block()
+
+    def forward(self, x):
+        return self.first.__call__(x)
+
+
+class Top(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.inner = Nested()
+        self.head = linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner.__call__(self.embed(x)))
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
@@ -129,6 +152,8 @@ class SubModel(nn.Module):
 
 def build():
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
+    if shape == "nested":
+        return Top()
     if shape in ("sub", "substep", "subfirst", "subleaf"):
         return SubModel(stored=shape == "substep", first=shape == "subfirst",
                         leaf=shape == "subleaf")
@@ -190,7 +215,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst", "subleaf"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "nested"):
         sub(model, x)
         return
     model(x)

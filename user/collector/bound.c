@@ -122,14 +122,19 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 		continue_held(s->target.pid);
 }
 
-int bound_skip(const void *data, size_t size)
+int bound_skip(struct session *s, const void *data, size_t size)
 {
 	const struct rec_call *r = data;
 	if (!skip_tid || size < sizeof(*r) || r->hdr.kind != REC_ENTER ||
 	    !(r->flags & REC_F_BOUND) || r->hdr.tid != skip_tid)
 		return 0;
 	skip_tid = 0;
-	return 1;
+	if (r->flags & REC_F_BOUND_SELF)
+		return 1; /* the entry of the outer of two: nothing else in it */
+	/* the module call that found it is traced; the bound call's args ahead of its own
+	 * are skipped (trace.c: no bound entry pending) */
+	s->trace.bound.self = 0;
+	return 0;
 }
 
 void bound_detach(void)

@@ -7,8 +7,9 @@
 
 /* A new call site (REC_BOUND_SITE): watch it on its thread, continue a held target. */
 void bound_site(struct session *s, const struct rec_bound_site *r);
-/* 1: this record is the entry of a call whose site could not be watched (drop it). */
-int bound_skip(const void *data, size_t size);
+/* The entry of a call whose site could not be watched: 1 (drop the record) when the
+ * record is that entry alone; else the module call carrying it is written without it. */
+int bound_skip(struct session *s, const void *data, size_t size);
 /* 1 (said once on stderr) when the target's CPython runs a tier-2 optimizer or JIT
  * (3.13+ built with --enable-experimental-jit, not turned off by PYTHON_JIT=0): bound
  * calls are then not followed. */

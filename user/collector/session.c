@@ -60,7 +60,7 @@ int session_record(void *ctx, void *data, size_t size)
 		bound_site(s, data);
 		return 0;
 	}
-	if (bound_skip(data, size))
+	if (bound_skip(s, data, size))
 		return 0;
 	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
 				 ? ((const struct rec_call *)data)->flags

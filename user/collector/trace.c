@@ -121,7 +121,19 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 {
 	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
-	if ((r->flags & REC_F_BOUND) && t->bound.hdr.tid == r->hdr.tid && t->bound.self) {
+	if (r->flags & REC_F_BOUND_SELF) { /* a bound call's own entry, its args its nodes */
+		struct rec_call own = *r;
+		own.flags &= ~(REC_F_BOUND | REC_F_BOUND_SELF);
+		enter_module(t, &own, &c);
+		return;
+	}
+	if ((r->flags & REC_F_BOUND) && !(t->bound.hdr.tid == r->hdr.tid && t->bound.self)) {
+		/* a bound call not traced (its site could not be watched): its nodes skipped */
+		struct buf args = {0}, kwargs = {0};
+		describe_call(t, &c, &args, &kwargs);
+		buf_free(&args);
+		buf_free(&kwargs);
+	} else if (r->flags & REC_F_BOUND) {
 		struct rec_call outer = *r;
 		outer.hdr.ts_ns = t->bound.hdr.ts_ns;
 		outer.self = t->bound.self;

@@ -179,6 +179,20 @@ def test_nested(evmbpf, where, mode, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
+def test_nested_numeric(evmbpf, tmp_path):
+    """--numeric: the outer of two nested bound calls has its args' stats from
+    bound_outer's record, the inner's from the module call's, as the reference's."""
+    target = host_target().with_outdir(tmp_path)
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(workload("nested"), ref, extra=["--numeric"]).returncode == 0
+    result = subprocess.run([evmbpf, "--numeric", "--out", out, "--", HOST_PYTHON, RUN_PLAIN,
+                             workload("nested")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    got = load(out)
+    assert sum(e["event"] == "enter" and e["module"] == "inner" for e in got) == 3
+    compare_numeric(load(ref), got, kwargs=target.kwargs)
+
+
 CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
     pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
     for c in ("trixie", "sid") for s in SHAPES if (c, s) not in (("trixie", "kwcall"),

@@ -193,6 +193,33 @@ def test_nested_numeric(evmbpf, tmp_path):
     compare_numeric(load(ref), got, kwargs=target.kwargs)
 
 
+def test_hook_said(evmbpf, tmp_path):
+    """CPython 3.9-3.12: a forward hook calling a module through its bound __call__
+    (`module.extra.__call__(out)`) has that call's first module call at the C stack
+    depth of the model's own children, which the fast path takes without a look
+    (docs/design.md): said once at the tree's read; the call is not written."""
+    target = host_target().with_outdir(tmp_path)
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(workload("hook"), ref).returncode == 0
+    result = target.launch(workload("hook"), out)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("a forward hook of <root> (Hooked) calls modules") == 1, \
+        result.stderr
+    ref, got = load(ref), load(out)
+    assert sum(e.get("module") == "extra" for e in ref) == 6
+    assert not any(e.get("module") == "extra" for e in got)
+
+
+@pytest.mark.parametrize("where", ["trixie"] + full("sid"))
+def test_hook_seen(evmbpf, where, tmp_path):
+    """3.13+ has no stack-pointer fast path: the hook's bound call is found by the walk
+    at its first module call, and the trace equals the reference's; nothing is said."""
+    ref, got, err, target = run_cell(where, workload("hook"), "launch", tmp_path)
+    assert "forward hook" not in err, err
+    assert sum(e["event"] == "enter" and e["module"] == "extra" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
 CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
     pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
     for c in ("trixie", "sid") for s in SHAPES if (c, s) not in (("trixie", "kwcall"),

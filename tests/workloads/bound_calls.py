@@ -136,6 +136,35 @@ class Top(nn.Module):
         return self.head(self.inner.__call__(self.embed(x)))
 
 
+class After(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = linear(2, 2)
+
+    def forward(self, y):
+        return self.proj(y)
+
+
+def after(module, args, out):
+    """A forward hook that calls a module through its bound __call__."""
+    module.extra.__call__(out)
+
+
+class Hooked(nn.Module):
+    """Its forward hook calls `self.extra.__call__(out)`: on 3.9-3.12 that call's first
+    module call sits at the C stack depth of the model's own children (docs/design.md)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.head = linear(4, 2)
+        self.extra = After()
+        self.register_forward_hook(after)
+
+    def forward(self, x):
+        return self.head(self.embed(x))
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
@@ -154,6 +183,8 @@ def build():
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
     if shape == "nested":
         return Top()
+    if shape == "hook":
+        return Hooked()
     if shape in ("sub", "substep", "subfirst", "subleaf"):
         return SubModel(stored=shape == "substep", first=shape == "subfirst",
                         leaf=shape == "subleaf")
@@ -215,7 +246,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst", "subleaf", "nested"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "nested", "hook"):
         sub(model, x)
         return
     model(x)

@@ -185,10 +185,59 @@ static uint64_t type_forward(const struct pyreader *r, uint64_t type)
 	return 0;
 }
 
+struct hook_scan {
+	const struct pyreader *r;
+	int found;
+};
+
+/* A hook: a function, or a bound method (its __func__ at +16), whose code names
+ * `__call__`. */
+static int hook_names_call(void *arg, uint64_t key, uint64_t value)
+{
+	struct hook_scan *h = arg;
+	char tname[16];
+	(void)key;
+	if (value && !py_type_name(h->r, py_type(h->r, value), tname, sizeof(tname)) &&
+	    !strcmp(tname, "method")) {
+		int err = 0;
+		value = pm_u64(h->r, value + 16, &err);
+		if (err)
+			return 0;
+	}
+	h->found = code_names_call(h->r, value);
+	return h->found;
+}
+
+/* 3.9-3.12: a module's forward pre-hook or hook that calls modules through their bound
+ * __call__ (the first of the tree), said once: a call there whose first module call sits
+ * at the C stack depth of the module's own children is taken for one of them. */
+static void bound_hooks(const struct pyreader *r, const struct modtree *m)
+{
+	static int said;
+	if (said || r->off->version > 312)
+		return;
+	for (size_t i = 0; !said && i < m->cap; i++) {
+		const struct mod_entry *e = &m->slots[i];
+		const char *kinds[] = { "_forward_pre_hooks", "_forward_hooks" };
+		for (int k = 0; e->obj && !said && k < 2; k++) {
+			uint64_t hooks = py_instance_attr(r, e->obj, kinds[k]);
+			struct hook_scan h = { .r = r };
+			if (hooks && !py_dict_items(r, hooks, hook_names_call, &h) && h.found) {
+				said = 1;
+				warnx_("warning: a forward %shook of %s (%s) calls modules through their "
+				       "bound __call__: on CPython 3.9-3.12 such a call is not seen, and "
+				       "its own module calls are written as %s's (see docs/design.md)",
+				       k ? "" : "pre-", e->path, e->type_name, e->path);
+			}
+		}
+	}
+}
+
 void bound_forwards(const struct pyreader *r, const struct modtree *m)
 {
 	static uint64_t seen[256];
 	static int nseen, said;
+	bound_hooks(r, m);
 	for (size_t i = 0; !said && i < m->cap; i++) {
 		const struct mod_entry *e = &m->slots[i];
 		uint64_t type = e->obj ? py_type(r, e->obj) : 0;

@@ -179,7 +179,8 @@ def test_host_kv_cache(evmbpf, tmp_path):
     compare_traces(load(ref), load(out), kwargs=False)
 
 
-@pytest.mark.parametrize("workload", ["tiny_transformer", "raises"])
+@pytest.mark.parametrize("workload", ["tiny_transformer"] + [
+    pytest.param("raises", marks=SLOW_MARKS)])
 def test_host_shared_libpython(evmbpf, workload, tmp_path):
     """The host's CPython 3.11 and torch 1.13 as Debian's shared libpython3.11 (an
     embedder, tests/embed/pyshared.c): evmbpf finds the interpreter and slot_tp_call in

@@ -61,7 +61,7 @@ struct {
 	__type(key, __u32);
 	__array(values, struct {
 		__uint(type, BPF_MAP_TYPE_RINGBUF);
-		__uint(max_entries, 1 << 24); /* each is made from user space */
+		__uint(max_entries, 4096); /* a template: each is made from user space */
 	});
 } rings SEC(".maps");
 

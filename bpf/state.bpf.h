@@ -78,9 +78,16 @@ static __always_inline __u32 ps_find(__u32 tgid)
 	return idx;
 }
 
+/* The state of tgid, NULL when it has none. Most often the CPU's last program was the
+ * same process's: its slot still holds that tgid, and no hash lookup is made. A freed
+ * slot is zeroed only after its tgid has left proc_slot, and a slot is filled before its
+ * tgid enters it, so a slot whose tgid matches is the process's. */
 static __always_inline struct proc_state *ps_slot(__u32 tgid)
 {
-	__u32 idx = ps_find(tgid);
+	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
+	__u32 idx = cur_slot[cpu] & (PROC_SLOTS - 1);
+	if (!idx || procs[idx].tgid != tgid)
+		idx = ps_find(tgid);
 	return idx ? &procs[idx & (PROC_SLOTS - 1)] : NULL;
 }
 

@@ -97,10 +97,9 @@ static struct evm_object *object_open(struct session *s)
 }
 
 /* The maps keyed by the target's addresses: every key under this tag goes. */
-static void purge_tag(int fd, uint64_t tag, size_t value_size)
+static void purge_tag(int fd, uint64_t tag)
 {
 	uint64_t key, next, gone[512];
-	(void)value_size;
 	for (;;) {
 		int n = 0;
 		void *prev = NULL;
@@ -183,11 +182,11 @@ void session_unload(struct session *s)
 		close(s->ring_fd);
 	s->ring_fd = -1;
 	if (o->refs > 1) {
-		purge_tag(bpf_map__fd(skel->maps.type_kinds), tag, 0);
-		purge_tag(bpf_map__fd(skel->maps.call_codes), tag, 0);
-		purge_tag(bpf_map__fd(skel->maps.marker_codes), tag, 0);
-		purge_tag(bpf_map__fd(skel->maps.known_codes), tag, 0);
-		purge_tag(bpf_map__fd(skel->maps.orphans), tag, 0);
+		purge_tag(bpf_map__fd(skel->maps.type_kinds), tag);
+		purge_tag(bpf_map__fd(skel->maps.call_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.marker_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.known_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.orphans), tag);
 		/* the per-CPU copy of type verdicts: emptied on every CPU */
 		int cpus = libbpf_num_possible_cpus();
 		size_t vs = bpf_map__value_size(skel->maps.type_cache);

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
-/* state: configuration, counters, ring buffer, reads.
+/* state: configuration, per-process state, ring buffers, reads.
  *
- * The configuration user space fills in before load (CPython and tensor layouts, the
- * target's addresses), the counters it reads back, the ring buffer every record goes
- * through, and the one way anything is read from the target: bpf_probe_read_user of its
- * memory (a fault is counted, never fatal; nothing is ever written there). */
+ * What user space fills in before load and every process of this object shares (the
+ * CPython and tensor layouts, the options), each traced process's own slot (its
+ * addresses, counters, holds, what the probes learnt: include/procslot.h) and its own
+ * ring buffer, both found by its tgid, and the one way anything is read from the target:
+ * bpf_probe_read_user of its memory (a fault is counted, never fatal; nothing is ever
+ * written there). */
 #ifndef EVMBPF_STATE_BPF_H
 #define EVMBPF_STATE_BPF_H
 

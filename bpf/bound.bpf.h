@@ -40,9 +40,9 @@ struct {
 static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
-__u32 bound_hold = 0;
+/* per process: struct proc_state's bound_hold */
 /* Set by user space: bound calls are not followed (a tier-2 optimizer or JIT). */
-__u32 bound_off = 0;
+/* per process: struct proc_state's bound_off */
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -59,7 +59,8 @@ __noinline int is_call_code(__u64 code)
 {
 	if (!code)
 		return 0;
-	__u8 *v = bpf_map_lookup_elem(&call_codes, &code);
+	__u64 key = PS_KEY(ps_cur(), code);
+	__u8 *v = bpf_map_lookup_elem(&call_codes, &key);
 	if (v)
 		return *v == 1;
 	__u64 name = rd64(code + pyo.co_name);
@@ -67,7 +68,7 @@ __noinline int is_call_code(__u64 code)
 	if (name && (name_is(name + pyo.str_ascii_data, "_call_impl", 11) ||
 		     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)))
 		verdict = 1;
-	bpf_map_update_elem(&call_codes, &code, &verdict, BPF_ANY);
+	bpf_map_update_elem(&call_codes, &key, &verdict, BPF_ANY);
 	return verdict == 1;
 }
 
@@ -186,9 +187,10 @@ static long bound_scan_step(__u64 index, void *ctx)
 static __always_inline void bound_site_record(struct bound_thread *st, __u64 call_at,
 					      __u64 next_at, __u64 code, __u32 flags)
 {
-	struct rec_bound_site *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct proc_state *ps = ps_cur();
+	struct rec_bound_site *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
@@ -210,9 +212,10 @@ static __always_inline void bound_site_record(struct bound_thread *st, __u64 cal
  * description pass for both). */
 static __always_inline void bound_enter_record(__u64 self)
 {
-	struct rec_bound_enter *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct proc_state *ps = ps_cur();
+	struct rec_bound_enter *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
@@ -233,6 +236,7 @@ static __always_inline void bound_enter_record(__u64 self)
 static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C, __u64 self,
 				     __u64 code, __u64 call_at, __u64 next_at, __u64 slot)
 {
+	struct proc_state *ps = ps_cur();
 	if (!st)
 		return 0;
 	__u32 k = st->nopen;
@@ -263,7 +267,7 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		st->nsites = n + 1;
 		/* the outer of two: the inner's site, found right after in this probe's chain,
 		 * holds the target while both are armed (or, known already, does not) */
-		__u8 hold = bound_hold && !st->outer;
+		__u8 hold = ps->bound_hold && !st->outer;
 		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD : 0);
 		if (hold)
 			bpf_send_signal(19 /* SIGSTOP */);
@@ -404,19 +408,20 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 
 /* The running thread's innermost frame, as frames.bpf.h's tstate_frame(current_tstate())
  * but with 3.12+'s GIL (the main interpreter's, fixed) read once. */
-__u64 bound_gil = 0;
+/* per process: struct proc_state's bound_gil */
 
 static __always_inline __u64 bound_frame(void)
 {
+	struct proc_state *ps = ps_cur();
 	__u64 tstate;
 	if (pyo.rt_tstate_current) {
-		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
+		tstate = rd64(ps->cfg.runtime + pyo.rt_tstate_current);
 	} else {
-		__u64 gil = bound_gil;
+		__u64 gil = ps->bound_gil;
 		if (!gil) {
-			__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+			__u64 interp = rd64(ps->cfg.runtime + pyo.rt_interp_main);
 			gil = interp ? rd64(interp + pyo.interp_gil) : 0;
-			bound_gil = gil;
+			ps->bound_gil = gil;
 		}
 		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
 	}
@@ -430,26 +435,27 @@ static __always_inline __u64 bound_frame(void)
  * fixed C depth from the call's entry, and a bound call's children sit at least one
  * C-entered loop deeper than its caller's. A first child at a known distance costs no
  * read and no walk. */
-#define BOUND_DEPTHS 4
-__u32 bound_depth[BOUND_DEPTHS] = {};
+/* per process: struct proc_state's bound_depth */
 
 static __always_inline int bound_depth_clean(__u64 d)
 {
+	struct proc_state *ps = ps_cur();
 	if (!d || d > 0xffffffffULL)
 		return 0;
 	for (int i = 0; i < BOUND_DEPTHS; i++)
-		if (bound_depth[i] == (__u32)d)
+		if (ps->bound_depth[i] == (__u32)d)
 			return 1;
 	return 0;
 }
 
 static __always_inline void bound_depth_learn(__u64 d)
 {
+	struct proc_state *ps = ps_cur();
 	if (!d || d > 0xffffffffULL || bound_depth_clean(d))
 		return;
 	for (int i = 0; i < BOUND_DEPTHS; i++)
-		if (!bound_depth[i]) {
-			bound_depth[i] = (__u32)d;
+		if (!ps->bound_depth[i]) {
+			ps->bound_depth[i] = (__u32)d;
 			return;
 		}
 }
@@ -478,7 +484,8 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * checks it once, not inside each caller's paths. */
 __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 {
-	if (!cfg.runtime)
+	struct proc_state *ps = ps_cur();
+	if (!ps->cfg.runtime)
 		return 0;
 	if (parent && !sp)
 		return 0; /* called from a C stack depth a walk cleared */
@@ -594,7 +601,8 @@ static __always_inline void bound_outer_record(__u64 sp)
  * called by a frame right above the one that walk kept costs three or four reads. */
 static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 {
-	if (!cfg.runtime || bound_off)
+	struct proc_state *ps = ps_cur();
+	if (!ps->cfg.runtime || ps->bound_off)
 		return 0;
 	__u32 n = open ? open->n : 0;
 	if (!n)

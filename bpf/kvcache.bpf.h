@@ -13,7 +13,8 @@
 /* numel and (for the first) shape[-2] of a tensor, through the layout that matched last. */
 static __always_inline __s64 tensor_numel(__u64 obj, __s64 *dim_m2)
 {
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 hint = ps_cur()->layout_hint;
+	__u32 li = hint ? hint - 1 : 0;
 	if (li >= TENSOR_LAYOUTS || li >= n_layouts)
 		return -1;
 	asm volatile("" : "+r"(li));
@@ -73,6 +74,8 @@ struct cache_walk {
 	__u32 span_len;
 	__u32 type_at, dict_at, valid_at; /* offsets in the span */
 	__s32 keys_at, values_at;         /* -1: the name is not in the shared keys */
+	__u32 hint;       /* the process's layout_hint, at the walk's start */
+	__u32 pad3;
 	__u64 batch[ITEMS_BATCH];
 	__u8 span[LAYER_SPAN];
 	__u8 chunk[256];
@@ -119,7 +122,7 @@ static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 {
 	if (!t)
 		return;
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 li = w->hint ? w->hint - 1 : 0;
 	__u64 type = 0, impl = 0;
 	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
 	__u32 ib = io;
@@ -347,6 +350,7 @@ static __always_inline void emit_cache(struct scratch *s, struct dnode *n, __u64
 	w->k0_known = 0;
 	w->ltype = 0;
 	w->lfast = 0;
+	w->hint = ps_cur()->layout_hint;
 	__u64 layers = get_attr(obj, A_LAYERS);
 	if (list_head(w, layers)) {
 		w->v5 = 1;

@@ -20,21 +20,24 @@ const char *trace_type_name(void *arg, uint64_t type)
 {
 	struct trace *t = arg;
 	/* small direct-mapped cache; names of live types do not change */
-	static struct { uint64_t type; char name[128]; } cache[1024];
+	static struct { uint64_t type; const struct trace *t; char name[128]; } cache[1024];
 	size_t i = (type >> 4) & 1023;
-	if (cache[i].type == type && type)
+	if (cache[i].type == type && cache[i].t == t && type)
 		return cache[i].name;
 	char name[128] = "?";
 	struct type_info info;
-	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &type, &info)) {
+	uint64_t key = type | t->type_tag;
+	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &key, &info)) {
 		info.name[sizeof(info.name) - 1] = 0;
 		const char *dot = info.heap ? NULL : strrchr(info.name, '.');
 		cache[i].type = type;
+		cache[i].t = t;
 		snprintf(cache[i].name, sizeof(cache[i].name), "%s", dot ? dot + 1 : info.name);
 		return cache[i].name;
 	}
 	if (type && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0) {
 		cache[i].type = type;
+		cache[i].t = t;
 		snprintf(cache[i].name, sizeof(cache[i].name), "%s", name);
 		return cache[i].name;
 	}

@@ -12,9 +12,10 @@ import subprocess
 
 import pytest
 
-from evmbpf_testlib import (HOST_PYTHON, OWN_WORKLOADS, AttachedCmd, MatrixTarget, chroot_ensure,
-                            chroot_target, compare_traces, host_shared_target, load,
-                            pyenv_target, torch_major)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
+                            AttachedCmd, MatrixTarget, chroot_ensure, chroot_target,
+                            compare_traces, host_shared_target, load, pyenv_target,
+                            torch_major, wait_for_line)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
@@ -318,3 +319,48 @@ def test_sid_jit_said(evmbpf, tmp_path):
     assert sum(e["event"] == "forward" for e in got) == 2  # model(x) before and after
     enters = sum(e["event"] == "enter" for e in got)
     assert enters == sum(e["event"] == "exit" for e in got) and enters > 0
+
+
+def test_pid_other_process_leaves(evmbpf, tmp_path):
+    """--pid A,B: B's bound call site is watched, then A ends and its session detaches;
+    B's watchpoints stay armed (one process's detach removes its own alone), so B's
+    second run of bound calls is traced, and B's trace equals the reference's."""
+    tmp = str(tmp_path)
+    path = workload("after")
+    ref = os.path.join(tmp, "ref.jsonl")
+    r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, path, "--trace", ref],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    go_a, go_b, gate = (os.path.join(tmp, n) for n in ("go-a", "go-b", "gate"))
+    a = subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, os.path.join(REF_WORKLOADS,
+                                                                  "tiny_transformer.py"),
+                          "--wait-for", go_a], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, path, "--wait-for", go_b],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, BOUND_AFTER=gate))
+    try:
+        pids = [int(p.stdout.readline().split("pid=")[1].split()[0]) for p in (a, b)]
+        tracer = subprocess.Popen([EVMBPF, "--pid", f"{pids[0]},{pids[1]}", "--out",
+                                   os.path.join(tmp, "t-%p.jsonl")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for pid in pids:
+            wait_for_line(tracer.stderr, f"attached to {pid}", 120)
+        open(go_b, "w").close()
+        assert b.stdout.readline().strip() == "first run done"
+        open(go_a, "w").close()
+        a.communicate(timeout=300)
+        assert a.returncode == 0
+        wait_for_line(tracer.stderr, f"{pids[0]}: trace in", 120)
+        open(gate, "w").close()
+        b.communicate(timeout=300)
+        assert b.returncode == 0
+        terr = tracer.communicate(timeout=120)[1]
+        assert tracer.returncode == 0, terr
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    got = load(os.path.join(tmp, f"t-{pids[1]}.jsonl"))
+    assert sum(e["event"] == "forward" for e in got) >= 10
+    compare_traces(load(ref), got, kwargs=torch_major() >= 2)

@@ -26,7 +26,12 @@
 
 #define BOUND_LINKS_MAX 256
 
-static struct bpf_link *links[BOUND_LINKS_MAX];
+/* every traced process's watchpoints, with the process they belong to: one session's
+ * detach removes its own and leaves the others' armed */
+static struct {
+	struct bpf_link *link;
+	pid_t pid;
+} links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
 static int said_full, said_failed, said_nested, said_deep;
@@ -102,8 +107,8 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 		errno = ENOSPC;
 	}
 	if (call && ret) {
-		links[nlinks++] = call;
-		links[nlinks++] = ret;
+		links[nlinks].link = call, links[nlinks++].pid = s->target.pid;
+		links[nlinks].link = ret, links[nlinks++].pid = s->target.pid;
 		set_state(s, r->hdr.tid, r->next_at, BOUND_ARMED);
 		debugx("thread %u: a bound Module.__call__ called at %#lx, returning to %#lx: watched",
 		       r->hdr.tid, (unsigned long)r->call_at, (unsigned long)r->next_at);
@@ -137,11 +142,15 @@ int bound_skip(struct session *s, const void *data, size_t size)
 	return 0;
 }
 
-void bound_detach(void)
+void bound_detach(pid_t pid)
 {
+	int kept = 0;
 	for (int i = 0; i < nlinks; i++)
-		bpf_link__destroy(links[i]);
-	nlinks = 0;
+		if (links[i].pid == pid)
+			bpf_link__destroy(links[i].link);
+		else
+			links[kept++] = links[i];
+	nlinks = kept;
 }
 
 /* A function's code names `__call__` (co_names: a `.__call__` attribute load). */

@@ -18,7 +18,7 @@ int bound_jit(const struct target *t);
  * through their bound __call__ (its code names `__call__`): such a call that makes no
  * module call of its own, or raises before its first, is not seen. */
 void bound_forwards(const struct pyreader *r, const struct modtree *m);
-/* Remove every watchpoint. */
-void bound_detach(void);
+/* Remove the watchpoints of this process's threads (the others' stay armed). */
+void bound_detach(pid_t pid);
 
 #endif

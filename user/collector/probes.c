@@ -240,7 +240,7 @@ void session_detach(struct session *s)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
 	cudamem_session_detach(s);
-	bound_detach(); /* after the entry probe that finds bound calls */
+	bound_detach(s->target.pid); /* after the entry probe that finds bound calls */
 	samples_detach(s);
 }
 

@@ -40,9 +40,9 @@ struct {
 static const struct bound_thread bound_zero = {};
 
 /* Stop the target while user space arms a new site (set where a hold is safe). */
-__u32 bound_hold = 0;
+/* per process: struct proc_state's bound_hold */
 /* Set by user space: bound calls are not followed (a tier-2 optimizer or JIT). */
-__u32 bound_off = 0;
+/* per process: struct proc_state's bound_off */
 
 #define BOUND_WALK_MAX 96
 #define BOUND_SCAN_MAX 48
@@ -59,7 +59,8 @@ __noinline int is_call_code(__u64 code)
 {
 	if (!code)
 		return 0;
-	__u8 *v = bpf_map_lookup_elem(&call_codes, &code);
+	__u64 key = PS_KEY(ps_cur(), code);
+	__u8 *v = bpf_map_lookup_elem(&call_codes, &key);
 	if (v)
 		return *v == 1;
 	__u64 name = rd64(code + pyo.co_name);
@@ -67,7 +68,7 @@ __noinline int is_call_code(__u64 code)
 	if (name && (name_is(name + pyo.str_ascii_data, "_call_impl", 11) ||
 		     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)))
 		verdict = 1;
-	bpf_map_update_elem(&call_codes, &code, &verdict, BPF_ANY);
+	bpf_map_update_elem(&call_codes, &key, &verdict, BPF_ANY);
 	return verdict == 1;
 }
 
@@ -186,9 +187,10 @@ static long bound_scan_step(__u64 index, void *ctx)
 static __always_inline void bound_site_record(struct bound_thread *st, __u64 call_at,
 					      __u64 next_at, __u64 code, __u32 flags)
 {
-	struct rec_bound_site *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct proc_state *ps = ps_cur();
+	struct rec_bound_site *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
@@ -210,9 +212,10 @@ static __always_inline void bound_site_record(struct bound_thread *st, __u64 cal
  * description pass for both). */
 static __always_inline void bound_enter_record(__u64 self)
 {
-	struct rec_bound_enter *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct proc_state *ps = ps_cur();
+	struct rec_bound_enter *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
@@ -233,6 +236,7 @@ static __always_inline void bound_enter_record(__u64 self)
 static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C, __u64 self,
 				     __u64 code, __u64 call_at, __u64 next_at, __u64 slot)
 {
+	struct proc_state *ps = ps_cur();
 	if (!st)
 		return 0;
 	__u32 k = st->nopen;
@@ -261,14 +265,18 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		st->next_at[n] = next_at;
 		st->state[n] = 0;
 		st->nsites = n + 1;
-		bound_site_record(st, call_at, next_at, code, bound_hold ? REC_F_HELD : 0);
-		if (bound_hold)
+		/* the outer of two: the inner's site, found right after in this probe's chain,
+		 * holds the target while both are armed (or, known already, does not) */
+		__u8 hold = ps->bound_hold && !st->outer;
+		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD : 0);
+		if (hold)
 			bpf_send_signal(19 /* SIGSTOP */);
 	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
 		return 0;
 	}
 
-	bound_enter_record(self);
+	if (!st->outer) /* the outer of two: bound_outer writes its entry */
+		bound_enter_record(self);
 	k &= BOUND_OPEN - 1;
 	st->open[k].frame = Rin;
 	st->open[k].self = self;
@@ -400,19 +408,20 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 
 /* The running thread's innermost frame, as frames.bpf.h's tstate_frame(current_tstate())
  * but with 3.12+'s GIL (the main interpreter's, fixed) read once. */
-__u64 bound_gil = 0;
+/* per process: struct proc_state's bound_gil */
 
 static __always_inline __u64 bound_frame(void)
 {
+	struct proc_state *ps = ps_cur();
 	__u64 tstate;
 	if (pyo.rt_tstate_current) {
-		tstate = rd64(cfg.runtime + pyo.rt_tstate_current);
+		tstate = rd64(ps->cfg.runtime + pyo.rt_tstate_current);
 	} else {
-		__u64 gil = bound_gil;
+		__u64 gil = ps->bound_gil;
 		if (!gil) {
-			__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+			__u64 interp = rd64(ps->cfg.runtime + pyo.rt_interp_main);
 			gil = interp ? rd64(interp + pyo.interp_gil) : 0;
-			bound_gil = gil;
+			ps->bound_gil = gil;
 		}
 		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
 	}
@@ -426,26 +435,27 @@ static __always_inline __u64 bound_frame(void)
  * fixed C depth from the call's entry, and a bound call's children sit at least one
  * C-entered loop deeper than its caller's. A first child at a known distance costs no
  * read and no walk. */
-#define BOUND_DEPTHS 4
-__u32 bound_depth[BOUND_DEPTHS] = {};
+/* per process: struct proc_state's bound_depth */
 
 static __always_inline int bound_depth_clean(__u64 d)
 {
+	struct proc_state *ps = ps_cur();
 	if (!d || d > 0xffffffffULL)
 		return 0;
 	for (int i = 0; i < BOUND_DEPTHS; i++)
-		if (bound_depth[i] == (__u32)d)
+		if (ps->bound_depth[i] == (__u32)d)
 			return 1;
 	return 0;
 }
 
 static __always_inline void bound_depth_learn(__u64 d)
 {
+	struct proc_state *ps = ps_cur();
 	if (!d || d > 0xffffffffULL || bound_depth_clean(d))
 		return;
 	for (int i = 0; i < BOUND_DEPTHS; i++)
-		if (!bound_depth[i]) {
-			bound_depth[i] = (__u32)d;
+		if (!ps->bound_depth[i]) {
+			ps->bound_depth[i] = (__u32)d;
 			return;
 		}
 }
@@ -474,7 +484,8 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * checks it once, not inside each caller's paths. */
 __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 {
-	if (!cfg.runtime)
+	struct proc_state *ps = ps_cur();
+	if (!ps->cfg.runtime)
 		return 0;
 	if (parent && !sp)
 		return 0; /* called from a C stack depth a walk cleared */
@@ -519,15 +530,12 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 		}
 		return 0;
 	}
-	/* the group's outermost frame: torch 2's _wrapped_call_impl around _call_impl */
+	/* the outermost group (its outermost frame: torch 2's _wrapped_call_impl around
+	 * _call_impl). Two or more bound calls entered since the last module call: the
+	 * outermost is opened here, its entry written by bound_outer (a tail call: one
+	 * description pass describes one call's args), which runs call_enter again, whose
+	 * walk stops at it and finds the next */
 	__u64 self = w.gself, R = w.gouter;
-	if (w.ngroups > 1) {
-		/* two bound calls entered since the last module call: one description pass
-		 * describes one call's args; neither is written */
-		bound_said(unref(rd64(R + (old ? pyo.frameobj_code : pyo.iframe_code))), 1,
-			   BOUND_SITE_F_NESTED);
-		return 0;
-	}
 	if (!st) {
 		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
 		st = bpf_map_lookup_elem(&bound_threads, &tid);
@@ -536,12 +544,54 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 	}
 	st->args = unref(rd64(R + pyo.iframe_localsplus + 8));
 	st->kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
+	st->outer = w.ngroups > 1;
 	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
 	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */
 	__u64 C = rd64(R + pyo.frame_back);
-	if (old)
-		return bound_old_site(w.ginner, C, self);
-	return bound_new_site(R, w.ginner, C, self);
+	int found = old ? bound_old_site(w.ginner, C, self) : bound_new_site(R, w.ginner, C, self);
+	st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st)
+		return 0;
+	if (!st->outer)
+		return found;
+	st->outer = 0;
+	return found ? 2 : 0;
+}
+
+/* The tail call to bound_outer failed: the outer call opened is not traced, nor the
+ * inner; said once. */
+static __always_inline void bound_outer_failed(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (st && st->nopen && st->nopen <= BOUND_OPEN)
+		st->nopen--;
+	bound_said(0, 1, BOUND_SITE_F_NESTED);
+}
+
+/* The outer of two bound calls entered one right inside the other (check_bound returned
+ * 2, it is open): its entry, a REC_ENTER of its own (REC_F_BOUND | REC_F_BOUND_SELF) whose
+ * nodes are its args and kwargs. */
+static __always_inline void bound_outer_record(__u64 sp)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st || !st->nopen || st->nopen > BOUND_OPEN)
+		return;
+	__u64 self = st->open[(st->nopen - 1) & (BOUND_OPEN - 1)].self;
+	__u64 args = st->args, kwargs = st->kwargs;
+	struct scratch *s = begin(REC_ENTER, self, sp);
+	if (!s)
+		return;
+	struct rec_call *r = (void *)s->buf;
+	r->flags = REC_F_BOUND | REC_F_BOUND_SELF;
+	r->marker = active_marker();
+	push(s, W_ONE, kwargs, ROOT_DEPTH);
+	push(s, W_ONE, args, ROOT_DEPTH);
+	describe(s);
+	if (s->nstack)
+		s->flags |= REC_F_TRUNCATED;
+	finish(s);
 }
 
 /* At a module call (open: the thread's recorded calls, sp: the call's stack pointer): 1
@@ -551,7 +601,8 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
  * called by a frame right above the one that walk kept costs three or four reads. */
 static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 {
-	if (!cfg.runtime || bound_off)
+	struct proc_state *ps = ps_cur();
+	if (!ps->cfg.runtime || ps->bound_off)
 		return 0;
 	__u32 n = open ? open->n : 0;
 	if (!n)

@@ -47,8 +47,8 @@ struct {
 	__type(value, struct call_stack);
 } open_calls SEC(".maps");
 
-/* The overflow hash was used: returns not on the stacks look there. */
-__u32 pending_used = 0;
+/* pending_used (struct proc_state): the overflow hash was used, returns not on the
+ * stacks look there. */
 
 /* Module calls open on each thread (only kept when rules are given). */
 struct {
@@ -83,7 +83,7 @@ static __always_inline void leave_call(void)
  * module call. The stack grows down: open calls deeper than this one (never seen to
  * return, e.g. entered before the return probe was attached) are dropped, a few a
  * return; an outer call's on top means this call is not one of ours. */
-static __always_inline __u64 pop_call(__u64 sp)
+static __always_inline __u64 pop_call(struct proc_state *ps, __u64 sp)
 {
 	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	if (cs) {
@@ -100,7 +100,7 @@ static __always_inline __u64 pop_call(__u64 sp)
 				return cs->c[i].self;
 		}
 	}
-	if (!pending_used)
+	if (!ps->pending_used)
 		return 0;
 	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
 	__u64 *self = bpf_map_lookup_elem(&pending, &key);

@@ -15,13 +15,10 @@
 
 #include "state.bpf.h"
 
-/* Written by user space once the allocator is found: DeviceStats address per device. */
-__u64 cuda_stats[CUDA_MAX_DEVICES] = {};
-__u32 cuda_ndev = 0;
-/* Offsets within DeviceStats of allocated_bytes[AGGREGATE] and reserved_bytes[AGGREGATE]
- * (Stat = {current, peak, allocated, freed}); set with cuda_stats. */
-__u32 cuda_alloc_off = 0;
-__u32 cuda_reserved_off = 0;
+/* Per process (struct proc_state): cuda_stats, written by user space once the allocator
+ * is found: DeviceStats address per device, cuda_ndev of them; cuda_alloc_off and
+ * cuda_reserved_off, the offsets within DeviceStats of allocated_bytes[AGGREGATE] and
+ * reserved_bytes[AGGREGATE] (Stat = {current, peak, allocated, freed}), set with them. */
 
 /* The current device of threads that set one; absent: device 0, unless cuda_unknown
  * has the thread. */
@@ -41,21 +38,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct cuda_unknown_v);
 } cuda_unknown SEC(".maps");
-/* set by user space while cuda_unknown may hold threads: no lookup otherwise */
-__u32 cuda_unknown_on = 0;
-/* set when c10::cuda::device_count_ensure_non_zero() ran (CUDA's lazy init, just before
- * the allocator's own init) while cuda_ndev is 0; cuda_init_hold: user space allows the
- * next module call to stop the target (SIGSTOP) until it has found the devices */
-__u32 cuda_init_armed = 0;
-__u32 cuda_init_hold = 0;
-
-/* &_r_debug in the target while libc10_cuda.so is awaited (user space sets it, clears
- * it once the library is found): the dynamic loader's _dl_debug_state() at
- * RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map list)
- * and run none of their code yet. */
-__u64 cuda_ld_debug = 0;
-/* r_map entries already looked at */
-__u32 cuda_ld_seen = 0;
+/* Per process (struct proc_state): cuda_unknown_on, set by user space while cuda_unknown
+ * may hold threads (no lookup otherwise); cuda_init_armed, set when
+ * c10::cuda::device_count_ensure_non_zero() ran (CUDA's lazy init, just before the
+ * allocator's own init) while cuda_ndev is 0; cuda_init_hold: user space allows the next
+ * module call to stop the target (SIGSTOP) until it has found the devices.
+ * cuda_ld_debug: &_r_debug in the target while libc10_cuda.so is awaited (user space
+ * sets it, clears it once the library is found): the dynamic loader's _dl_debug_state()
+ * at RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map
+ * list) and run none of their code yet; cuda_ld_seen: r_map entries already looked at. */
 
 #define LD_NAME_MAX 256
 struct {
@@ -69,6 +60,8 @@ struct ld_walk {
 	__u64 lm;    /* struct link_map: l_addr, l_name, l_ld, l_next */
 	__u32 n;
 	__u32 found;
+	__u32 seen;  /* the process's cuda_ld_seen */
+	__u32 pad;
 };
 
 struct ld_base {
@@ -120,7 +113,7 @@ static long ld_step(__u32 idx, void *ctx)
 	struct ld_walk *w = ctx;
 	if (!w->lm)
 		return 1;
-	if (w->n >= cuda_ld_seen && ld_is_c10_cuda(rd64(w->lm + 8)))
+	if (w->n >= w->seen && ld_is_c10_cuda(rd64(w->lm + 8)))
 		w->found = 1;
 	w->n++;
 	w->lm = rd64(w->lm + 24);
@@ -134,14 +127,15 @@ static __always_inline int cudamem_mark(__u32 flags);
  * runs (MEM_F_LOADED). */
 static __always_inline int cuda_dlopen_seen(void)
 {
-	__u64 at = cuda_ld_debug;
+	struct proc_state *ps = ps_cur();
+	__u64 at = ps->cuda_ld_debug;
 	__s32 st = -1;
 	/* struct r_debug: r_version (int, padded), r_map, r_brk, r_state */
 	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)(at + 24)) || st != 0)
 		return 0;
-	struct ld_walk w = { .lm = rd64(at + 8) };
+	struct ld_walk w = { .lm = rd64(at + 8), .seen = ps->cuda_ld_seen };
 	bpf_loop(4096, ld_step, &w, 0);
-	cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
+	ps->cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
 	if (w.found && !cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
 		bpf_send_signal(19 /* SIGSTOP */);
 	return 0;
@@ -149,13 +143,14 @@ static __always_inline int cuda_dlopen_seen(void)
 
 static __always_inline int cuda_set_device(long dev)
 {
+	struct proc_state *ps = ps_cur();
 	__s8 d = (__s8)dev; /* DeviceIndex: int8_t */
 	if (d < 0)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__s32 v = d;
 	bpf_map_update_elem(&cuda_device, &tid, &v, BPF_ANY);
-	if (cuda_unknown_on)
+	if (ps->cuda_unknown_on)
 		bpf_map_delete_elem(&cuda_unknown, &tid);
 	return 0;
 }
@@ -193,22 +188,24 @@ static __always_inline int cuda_getdev_exit(long rc)
 /* c10::cuda::device_count_ensure_non_zero(): CUDA's lazy init is under way. */
 static __always_inline int cuda_init_seen(void)
 {
-	if (!cuda_ndev)
-		cuda_init_armed = 1;
+	struct proc_state *ps = ps_cur();
+	if (!ps->cuda_ndev)
+		ps->cuda_init_armed = 1;
 	return 0;
 }
 
 /* A thread of the target ended: its tid may come again, for a new thread. */
-static __always_inline void cuda_task_gone(__u32 tid)
+static __always_inline void cuda_task_gone(struct proc_state *ps, __u32 tid)
 {
 	bpf_map_delete_elem(&cuda_device, &tid);
-	if (cuda_unknown_on)
+	if (ps->cuda_unknown_on)
 		bpf_map_delete_elem(&cuda_unknown, &tid);
 }
 
 /* A REC_MEM without counters; 0 once it is in the ring buffer. */
 static __always_inline int cudamem_mark(__u32 flags)
 {
+	struct proc_state *ps = ps_cur();
 	__u64 id = bpf_get_current_pid_tgid();
 	struct rec_mem r = {};
 	r.hdr.kind = REC_MEM;
@@ -218,8 +215,8 @@ static __always_inline int cudamem_mark(__u32 flags)
 	r.hdr.ts_ns = bpf_ktime_get_ns();
 	r.device = -1;
 	r.flags = flags;
-	if (bpf_ringbuf_output(&events, &r, sizeof(r), 0)) {
-		__sync_fetch_and_add(&dropped_records, 1);
+	if (ps_output(ps, &r, sizeof(r), 0)) {
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return -1;
 	}
 	return 0;
@@ -228,13 +225,14 @@ static __always_inline int cudamem_mark(__u32 flags)
 /* A global function: verified once, apart from call_enter. */
 __noinline int cudamem_emit(void)
 {
-	__u32 n = cuda_ndev;
+	struct proc_state *ps = ps_cur();
+	__u32 n = ps->cuda_ndev;
 	if (!n) {
-		if (cuda_init_armed && cuda_init_hold && !hold_next) {
+		if (ps->cuda_init_armed && ps->cuda_init_hold && !ps->hold_next) {
 			/* CUDA initialised since the last look: stop here until user space has
 			 * found the devices and read this thread's counters (MEM_F_INIT); the
 			 * first module call's own hold does that look already */
-			cuda_init_armed = 0;
+			ps->cuda_init_armed = 0;
 			if (!cudamem_mark(MEM_F_INIT))
 				bpf_send_signal(19 /* SIGSTOP */);
 		}
@@ -243,7 +241,7 @@ __noinline int cudamem_emit(void)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	__s32 *dp = bpf_map_lookup_elem(&cuda_device, &tid);
-	if (!dp && cuda_unknown_on) {
+	if (!dp && ps->cuda_unknown_on) {
 		struct cuda_unknown_v *u = bpf_map_lookup_elem(&cuda_unknown, &tid);
 		if (u) { /* set before the attach, not seen since: `mem` null, said once */
 			u->calls++;
@@ -254,14 +252,14 @@ __noinline int cudamem_emit(void)
 	__s32 dev = dp ? *dp : 0;
 	if (dev < 0 || dev >= CUDA_MAX_DEVICES || (__u32)dev >= n)
 		return 0;
-	__u64 stats = cuda_stats[dev & (CUDA_MAX_DEVICES - 1)];
+	__u64 stats = ps->cuda_stats[dev & (CUDA_MAX_DEVICES - 1)];
 	if (!stats)
 		return 0;
 	struct rec_mem r = {};
 	__s64 cp[2];
-	if (bpf_probe_read_user(cp, sizeof(cp), (void *)(stats + cuda_alloc_off)) ||
-	    bpf_probe_read_user(&r.reserved, sizeof(r.reserved), (void *)(stats + cuda_reserved_off))) {
-		__sync_fetch_and_add(&read_faults, 1);
+	if (bpf_probe_read_user(cp, sizeof(cp), (void *)(stats + ps->cuda_alloc_off)) ||
+	    bpf_probe_read_user(&r.reserved, sizeof(r.reserved), (void *)(stats + ps->cuda_reserved_off))) {
+		__sync_fetch_and_add(&ps->read_faults, 1);
 		return 0;
 	}
 	r.hdr.kind = REC_MEM;
@@ -272,8 +270,8 @@ __noinline int cudamem_emit(void)
 	r.device = dev;
 	r.allocated = cp[0];
 	r.max_allocated = cp[1];
-	if (bpf_ringbuf_output(&events, &r, sizeof(r), BPF_RB_NO_WAKEUP))
-		__sync_fetch_and_add(&dropped_records, 1);
+	if (ps_output(ps, &r, sizeof(r), BPF_RB_NO_WAKEUP))
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 	return 0;
 }
 

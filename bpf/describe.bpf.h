@@ -92,7 +92,7 @@ static long describe_step(__u32 idx, void *ctx)
 		commit(s, n, sizeof(*n));
 		return 0;
 	}
-	if (obj == cfg.none_obj) {
+	if (obj == s->none_obj) {
 		n->kind = N_NONE;
 		commit(s, n, sizeof(*n));
 		return 0;
@@ -172,6 +172,7 @@ static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 	s->nbytes_recs = 0;
 	s->nodes = 0;
 	s->flags = 0;
+	s->none_obj = ps_cur()->cfg.none_obj;
 	return s;
 }
 
@@ -189,12 +190,13 @@ static __always_inline void finish(struct scratch *s)
 	s->flags &= ~REC_F_WANT_HOLD;
 	r->flags |= s->flags;
 	r->nodes = s->nodes;
+	struct proc_state *ps = ps_cur();
 	if (s->flags & REC_F_TRUNCATED)
-		__sync_fetch_and_add(&truncated_records, 1);
+		__sync_fetch_and_add(&ps->truncated_records, 1);
 	readcount_record(r->hdr.kind, r->self);
-	if (bpf_ringbuf_output(&events, s->buf, size, rb_flags(r->flags))) {
-		__sync_fetch_and_add(&dropped_records, 1);
-		__sync_fetch_and_add(&dropped_bytes, size);
+	if (ps_output(ps, s->buf, size, rb_flags(ps, r->flags))) {
+		__sync_fetch_and_add(&ps->dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_bytes, size);
 	}
 }
 

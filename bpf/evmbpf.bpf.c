@@ -40,6 +40,8 @@ char LICENSE[] SEC("license") = "GPL";
 SEC("uprobe")
 int BPF_KPROBE(marker_enter, void *mgr, void *attr)
 {
+	if (!ps_enter())
+		return 0;
 	return marker_seen((__u64)mgr, (__u64)attr + pyo.str_ascii_data);
 }
 
@@ -47,6 +49,8 @@ int BPF_KPROBE(marker_enter, void *mgr, void *attr)
 SEC("uprobe")
 int BPF_KPROBE(marker_enter_ident, void *mgr, void *ident)
 {
+	if (!ps_enter())
+		return 0;
 	return marker_seen((__u64)mgr, rd64((__u64)ident + pyo.ident_string));
 }
 
@@ -55,6 +59,8 @@ int BPF_KPROBE(marker_enter_ident, void *mgr, void *ident)
 SEC("uprobe")
 int BPF_KPROBE(marker_enter_stackref, void *attr, void *method_and_self)
 {
+	if (!ps_enter())
+		return 0;
 	__u64 mgr = rd64((__u64)method_and_self + 8) & ~(__u64)pyo.stackref_tag_mask;
 	return mgr ? marker_seen(mgr, (__u64)attr + pyo.str_ascii_data) : 0;
 }
@@ -63,12 +69,16 @@ int BPF_KPROBE(marker_enter_stackref, void *attr, void *method_and_self)
 SEC("uprobe")
 int BPF_KPROBE(host_exec_enter, void *code, void *globals)
 {
+	if (!ps_enter())
+		return 0;
 	return host_exec_seen((__u64)code, (__u64)globals, PT_REGS_SP(ctx));
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(host_exec_exit)
 {
+	if (!ps_enter())
+		return 0;
 	return host_exec_done(PT_REGS_SP(ctx));
 }
 
@@ -76,12 +86,31 @@ int BPF_KRETPROBE(host_exec_exit)
 SEC("perf_event")
 int samples_watch(struct bpf_perf_event_data *ctx)
 {
+	if (!ps_enter())
+		return 0;
 	return samples_seen();
 }
+
+int call_enter(struct pt_regs *ctx);
+int bound_outer(struct pt_regs *ctx);
+
+/* bound.bpf.h: two bound calls entered one right inside the other: call_enter -> bound_outer
+ * (the outer's entry) -> call_enter again (the inner's, and the module call's own) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(void *));
+} bound_progs SEC(".maps") = {
+	.values = { [0] = (void *)&bound_outer, [1] = (void *)&call_enter },
+};
 
 SEC("uprobe")
 int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 {
+	struct proc_state *ps = ps_enter();
+	if (!ps)
+		return 0;
 	__u64 type = rd64((__u64)self + 8);
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
@@ -89,12 +118,18 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	check_orphans();
 	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	struct bound_thread *bound = NULL;
-	if (!orphans_pending && bound_check(open, sp)) {
+	int found = ps->orphans_pending ? 0 : bound_check(open, sp);
+	if (found == 2) {
+		bpf_tail_call(ctx, &bound_progs, 0);
+		bound_outer_failed();
+		found = 0;
+	}
+	if (found) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		bound = bpf_map_lookup_elem(&bound_threads, &tid);
 	}
-	if ((cfg.rules && enter_call() == 1) || (hold_next && cfg.runtime))
-		report_stack(!hold_next);
+	if ((phase_rules && enter_call() == 1) || (ps->hold_next && ps->cfg.runtime))
+		report_stack(!ps->hold_next);
 	cudamem_emit();
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)
@@ -102,10 +137,10 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	struct rec_call *r = (void *)s->buf;
 	r->flags = 0;
 	r->marker = active_marker();
-	if (hold_next) {
-		hold_next = 0;
+	if (ps->hold_next) {
+		ps->hold_next = 0;
 		r->flags = REC_F_HELD;
-		if (numeric_hold) /* --numeric: this thread only, through the ptrace hold */
+		if (ps->numeric_hold) /* --numeric: this thread only, through the ptrace hold */
 			s->flags |= REC_F_WANT_HOLD;
 		else
 			bpf_send_signal(19 /* SIGSTOP */);
@@ -137,8 +172,8 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	}
 	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
 	__u64 obj = (__u64)self;
-	if (!pending_used)
-		pending_used = 1;
+	if (!ps->pending_used)
+		ps->pending_used = 1;
 	bpf_map_update_elem(&pending, &key, &obj, BPF_ANY);
 	return 0;
 }
@@ -146,12 +181,15 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 SEC("uretprobe")
 int BPF_KRETPROBE(call_exit, void *ret)
 {
+	struct proc_state *ps = ps_enter();
+	if (!ps)
+		return 0;
 	/* The return popped the return address: sp is 8 above the entry's. */
 	__u64 entry_sp = PT_REGS_SP(ctx) - 8;
-	__u64 obj = pop_call(entry_sp);
+	__u64 obj = pop_call(ps, entry_sp);
 	if (!obj)
 		return 0;
-	if (cfg.rules)
+	if (phase_rules)
 		leave_call();
 	struct scratch *s = begin(REC_EXIT, obj, entry_sp);
 	if (!s)
@@ -169,10 +207,22 @@ int BPF_KRETPROBE(call_exit, void *ret)
 	return 0;
 }
 
+/* The outer of two bound calls entered one right inside the other: its entry, then the
+ * module call's probe again (bound_progs) */
+SEC("uprobe")
+int BPF_KPROBE(bound_outer)
+{
+	bound_outer_record(PT_REGS_SP(ctx));
+	bpf_tail_call(ctx, &bound_progs, 1);
+	return 0;
+}
+
 /* A hardware watchpoint on a bound Module.__call__'s call site (bound.bpf.h) */
 SEC("perf_event")
 int bound_trap(struct bpf_perf_event_data *ctx)
 {
+	if (!ps_enter())
+		return 0;
 	return bound_hit(ctx->addr);
 }
 
@@ -181,6 +231,9 @@ int bound_trap(struct bpf_perf_event_data *ctx)
 SEC("uprobe")
 int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 {
+	struct proc_state *ps = ps_enter();
+	if (!ps)
+		return 0;
 	__u32 zero = 0;
 	struct rec_exception *e = bpf_map_lookup_elem(&exc_scratch, &zero);
 	if (!e || !value)
@@ -232,8 +285,8 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 	bpf_loop(256, tb_step, &lc, 0);
 	e->value = exc;
 	e->nframes = e->total_frames < EXC_TB_MAX ? e->total_frames : EXC_TB_MAX;
-	if (bpf_ringbuf_output(&events, e, sizeof(*e), 0))
-		__sync_fetch_and_add(&dropped_records, 1);
+	if (ps_output(ps, e, sizeof(*e), 0))
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 	return 0;
 }
 
@@ -243,6 +296,8 @@ int BPF_KPROBE(exc_display, void *unused, void *value, void *tb)
 SEC("uprobe")
 int BPF_KPROBE(cuda_set_device_probe, long dev)
 {
+	if (!ps_enter())
+		return 0;
 	return cuda_set_device(dev);
 }
 
@@ -251,12 +306,16 @@ int BPF_KPROBE(cuda_set_device_probe, long dev)
 SEC("uprobe")
 int BPF_KPROBE(cuda_get_device_enter, void *out)
 {
+	if (!ps_enter())
+		return 0;
 	return cuda_getdev_enter((__u64)out);
 }
 
 SEC("uretprobe")
 int BPF_KRETPROBE(cuda_get_device_exit, long rc)
 {
+	if (!ps_enter())
+		return 0;
 	return cuda_getdev_exit(rc);
 }
 
@@ -265,6 +324,8 @@ int BPF_KRETPROBE(cuda_get_device_exit, long rc)
 SEC("uprobe")
 int BPF_KPROBE(cuda_dlopen_probe)
 {
+	if (!ps_enter())
+		return 0;
 	return cuda_dlopen_seen();
 }
 
@@ -272,23 +333,33 @@ int BPF_KPROBE(cuda_dlopen_probe)
 SEC("uprobe")
 int BPF_KPROBE(cuda_init_probe)
 {
+	if (!ps_enter())
+		return 0;
 	return cuda_init_seen();
 }
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 {
-	if (!cfg.tgid || p->tgid != cfg.tgid)
+	struct proc_state *ps = ps_slot(p->tgid);
+	if (!ps)
 		return 0;
 	if (group_dead) {
 		/* kept here too: the record can be dropped when the ring buffer is full */
-		group_exit_code = p->exit_code;
-		group_exited = 1;
+		ps->group_exit_code = p->exit_code;
+		ps->group_exited = 1;
 	}
-	cuda_task_gone(p->pid);
-	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	cuda_task_gone(ps, p->pid);
+	/* what is kept by thread id: the id may come again, in another process this object
+	 * serves */
+	__u32 tid = p->pid;
+	bpf_map_delete_elem(&bound_threads, &tid);
+	bpf_map_delete_elem(&markers, &tid);
+	bpf_map_delete_elem(&call_depth, &tid);
+	bpf_map_delete_elem(&host_exec, &tid);
+	struct rec_task_exit *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return 0;
 	}
 	r->hdr.kind = REC_TASK_EXIT;
@@ -307,11 +378,12 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(task_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	if (!cfg.tgid || p->tgid != cfg.tgid)
+	struct proc_state *ps = ps_slot(p->tgid);
+	if (!ps)
 		return 0;
-	struct rec_task_exit *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct rec_task_exit *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return 0;
 	}
 	r->hdr.kind = REC_TASK_EXEC;

@@ -30,9 +30,10 @@ struct {
  * running Python code, so it holds the GIL. */
 static __always_inline __u64 current_tstate(void)
 {
+	struct proc_state *ps = ps_cur();
 	if (pyo.rt_tstate_current)
-		return rd64(cfg.runtime + pyo.rt_tstate_current);
-	__u64 interp = rd64(cfg.runtime + pyo.rt_interp_main);
+		return rd64(ps->cfg.runtime + pyo.rt_tstate_current);
+	__u64 interp = rd64(ps->cfg.runtime + pyo.rt_interp_main);
 	__u64 gil = interp ? rd64(interp + pyo.interp_gil) : 0;
 	return gil ? rd64(gil + pyo.gil_last_holder) : 0;
 }
@@ -52,9 +53,10 @@ static __always_inline __u64 tstate_frame(__u64 tstate)
  * the target (hold_codes) unless the caller holds it anyway. */
 static __always_inline void report_stack_walk(int may_hold)
 {
+	struct proc_state *ps = ps_cur();
 	__u32 zero = 0;
 	struct rec_stack *r = bpf_map_lookup_elem(&stack_scratch, &zero);
-	if (!r || !cfg.runtime)
+	if (!r || !ps->cfg.runtime)
 		return;
 	__u64 frame = tstate_frame(current_tstate());
 	/* 3.9/3.10 frames are PyFrameObjects, 3.11+ _PyInterpreterFrames */
@@ -72,18 +74,19 @@ static __always_inline void report_stack_walk(int may_hold)
 	 * is checked once, not once for each length the walk above can end with */
 	r->n = n;
 	r->flags = 0;
-	if (hold_codes && may_hold) {
+	if (ps->hold_codes && may_hold) {
 		__u8 one = 1;
 		for (int i = 0; i < STACK_FRAMES_MAX; i++) {
 			if (i >= *(volatile __u32 *)&r->n)
 				break;
 			__u64 code = r->code[i];
-			if (!code || bpf_map_lookup_elem(&known_codes, &code))
+			__u64 key = PS_KEY(ps, code);
+			if (!code || bpf_map_lookup_elem(&known_codes, &key))
 				continue;
-			bpf_map_update_elem(&known_codes, &code, &one, BPF_ANY);
+			bpf_map_update_elem(&known_codes, &key, &one, BPF_ANY);
 			r->flags = REC_F_HELD;
 		}
-		if (r->flags && numeric_hold) /* --numeric: through the ptrace hold */
+		if (r->flags && ps->numeric_hold) /* --numeric: through the ptrace hold */
 			r->flags = hold_thread() ? REC_F_HELD | REC_F_PTRACE : 0;
 		else if (r->flags)
 			bpf_send_signal(19 /* SIGSTOP */);
@@ -94,8 +97,8 @@ static __always_inline void report_stack_walk(int may_hold)
 	r->hdr.pid = id >> 32;
 	r->hdr.tid = (__u32)id;
 	r->hdr.ts_ns = bpf_ktime_get_ns();
-	if (bpf_ringbuf_output(&events, r, sizeof(*r), 0))
-		__sync_fetch_and_add(&dropped_records, 1);
+	if (ps_output(ps, r, sizeof(*r), 0))
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 }
 
 /* Global (split.bpf.h): verified once, not in each of call_enter's paths. */

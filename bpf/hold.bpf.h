@@ -21,27 +21,26 @@ const volatile __u32 numeric = 0;
 /* --numeric --cupti: a CUDA tensor holds its thread too (the agent's reductions go on
  * the tensor's stream before the thread runs on) */
 const volatile __u32 numeric_cuda = 0;
-/* set by user space once every thread is seized: records may then hold their thread */
-__u32 numeric_hold = 0;
-__u64 holds = 0;
-__u64 hold_refused = 0;
+/* per process (struct proc_state): numeric_hold, set by user space once every thread is
+ * seized: records may then hold their thread; holds, hold_refused */
 
 /* Stop the current thread at its return to user mode; 1 when the signal is on its way. */
 static __always_inline int hold_thread(void)
 {
-	if (!numeric_hold)
+	struct proc_state *ps = ps_cur();
+	if (!ps->numeric_hold)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
 	unsigned long blocked = BPF_CORE_READ(task, blocked.sig[0]);
 	if (blocked & (1UL << (SIGURG_NR - 1))) {
-		__sync_fetch_and_add(&hold_refused, 1);
+		__sync_fetch_and_add(&ps->hold_refused, 1);
 		return 0;
 	}
 	if (bpf_send_signal_thread(SIGURG_NR)) {
-		__sync_fetch_and_add(&hold_refused, 1);
+		__sync_fetch_and_add(&ps->hold_refused, 1);
 		return 0;
 	}
-	__sync_fetch_and_add(&holds, 1);
+	__sync_fetch_and_add(&ps->holds, 1);
 	return 1;
 }
 

@@ -13,7 +13,8 @@
 /* numel and (for the first) shape[-2] of a tensor, through the layout that matched last. */
 static __always_inline __s64 tensor_numel(__u64 obj, __s64 *dim_m2)
 {
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 hint = ps_cur()->layout_hint;
+	__u32 li = hint ? hint - 1 : 0;
 	if (li >= TENSOR_LAYOUTS || li >= n_layouts)
 		return -1;
 	asm volatile("" : "+r"(li));
@@ -74,6 +75,9 @@ struct cache_walk {
 	__u32 span_len;
 	__u32 type_at, dict_at, valid_at; /* offsets in the span */
 	__s32 keys_at, values_at;         /* -1: the name is not in the shared keys */
+	__u32 hint;       /* the process's layout_hint, at the walk's start */
+	__u32 pad3;
+	__u64 none;       /* the process's None, at the walk's start */
 	__u64 batch[ITEMS_BATCH];
 	__u8 span[LAYER_SPAN];
 	__u8 chunk[256];
@@ -121,7 +125,7 @@ static __always_inline __s64 impl_numel(struct cache_walk *w, __u64 obj, __u64 i
 static __always_inline void count_tensor_at(struct cache_walk *w, __u64 t, __u64 type,
 					    __u64 impl)
 {
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 li = w->hint ? w->hint - 1 : 0;
 	if (!type || classify_type(type) != T_TENSOR)
 		return;
 	/* tensor_numel(t, NULL) */
@@ -165,9 +169,9 @@ static __always_inline void count_tensor_at(struct cache_walk *w, __u64 t, __u64
 /* The tensor's type and TensorImpl pointer: the words at t + 8 and t + impl_off. */
 static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 {
-	if (!t || t == cfg.none_obj)
+	if (!t || t == w->none)
 		return; /* None (a layer not filled yet): no tensor, nothing to read */
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 li = w->hint ? w->hint - 1 : 0;
 	__u64 type = 0, impl = 0;
 	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
 	__u32 ib = io;
@@ -193,9 +197,9 @@ static __always_inline void count_tensor(struct cache_walk *w, __u64 t)
 
 static __always_inline void count_pair(struct cache_walk *w, __u64 k, __u64 v)
 {
-	__u32 li = layout_hint ? layout_hint - 1 : 0;
+	__u32 li = w->hint ? w->hint - 1 : 0;
 	__u32 io = li < TENSOR_LAYOUTS ? layouts[li & (TENSOR_LAYOUTS - 1)].impl_off : 0;
-	if (k && v && k != v && k != cfg.none_obj && v != cfg.none_obj && io >= 16 && io <= 64 &&
+	if (k && v && k != v && k != w->none && v != w->none && io >= 16 && io <= 64 &&
 	    !(io & 7)) {
 		__u64 lo = k < v ? k : v;
 		__u64 d = k < v ? v - k : k - v;
@@ -400,6 +404,9 @@ static __always_inline void emit_cache(struct scratch *s, struct dnode *n, __u64
 	w->k0_known = 0;
 	w->ltype = 0;
 	w->lfast = 0;
+	struct proc_state *ps = ps_cur();
+	w->hint = ps->layout_hint;
+	w->none = ps->cfg.none_obj;
 	__u64 layers = get_attr(obj, A_LAYERS);
 	if (list_head(w, layers)) {
 		w->v5 = 1;

@@ -40,7 +40,7 @@ struct {
 } marker_codes SEC(".maps");
 
 /* Any thread holds markers: module calls of a process without any skip the lookup. */
-__u32 markers_live = 0;
+/* per process: struct proc_state's markers_live */
 
 #define MARKER_PHASE MARKER_KIND_PHASE
 #define MARKER_NONE 2
@@ -51,8 +51,9 @@ __u32 markers_live = 0;
  * 3.9 has no states there: not started is f_lasti -1, running is f_executing. */
 static __always_inline __s8 gen_state(__u64 gen)
 {
+	struct proc_state *ps = ps_cur();
 	__s8 state = 1;
-	if (rd64(gen + 8) != cfg.gen_type)
+	if (rd64(gen + 8) != ps->cfg.gen_type)
 		return 1; /* freed and reused: over */
 	if (pyo.version <= 310) {
 		__u64 frame = rd64(gen + pyo.gen_frame);
@@ -66,31 +67,34 @@ static __always_inline __s8 gen_state(__u64 gen)
 		__u8 executing = 0;
 		bpf_probe_read_user(&lasti, 4, (void *)(frame + pyo.frame_instr));
 		bpf_probe_read_user(&executing, 1, (void *)(frame + pyo.frame_executing));
-		return lasti == -1 ? cfg.gen_state_created : executing ? 0 : -1;
+		return lasti == -1 ? ps->cfg.gen_state_created : executing ? 0 : -1;
 	}
-	bpf_probe_read_user(&state, 1, (void *)(gen + cfg.gen_frame_state));
+	bpf_probe_read_user(&state, 1, (void *)(gen + ps->cfg.gen_frame_state));
 	return state;
 }
 
 /* A generator's code object and first local (a phase marker's name). */
 static __always_inline __u64 gen_code(__u64 gen)
 {
+	struct proc_state *ps = ps_cur();
 	if (pyo.version <= 310)
 		return rd64(gen + pyo.gen_code);
-	return rd64(gen + cfg.gen_iframe + pyo.iframe_code) & ~3ULL;
+	return rd64(gen + ps->cfg.gen_iframe + pyo.iframe_code) & ~3ULL;
 }
 
 static __always_inline __u64 gen_first_local(__u64 gen)
 {
+	struct proc_state *ps = ps_cur();
 	if (pyo.version <= 310)
 		return rd64(rd64(gen + pyo.gen_frame) + pyo.iframe_localsplus);
-	return rd64(gen + cfg.gen_iframe + pyo.iframe_localsplus) & ~3ULL;
+	return rd64(gen + ps->cfg.gen_iframe + pyo.iframe_localsplus) & ~3ULL;
 }
 
 /* The innermost marker active on this thread; forgets the ones that are over. */
 static __always_inline __u64 active_marker_walk(void)
 {
-	if (!markers_live)
+	struct proc_state *ps = ps_cur();
+	if (!ps->markers_live)
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct marker_list *m = bpf_map_lookup_elem(&markers, &tid);
@@ -107,7 +111,7 @@ static __always_inline __u64 active_marker_walk(void)
 			continue; /* completed or cleared */
 		m->gen[keep & (MARKERS_MAX - 1)] = g;
 		keep++;
-		if (state < 0 && state != cfg.gen_state_created)
+		if (state < 0 && state != ps->cfg.gen_state_created)
 			inner = g;
 	}
 	m->n = keep;
@@ -131,7 +135,8 @@ static __always_inline int code_in_host(__u64 code)
 
 static __always_inline __u8 marker_code_kind_of(__u64 code)
 {
-	__u8 *cached = bpf_map_lookup_elem(&marker_codes, &code);
+	__u64 key = PS_KEY(ps_cur(), code);
+	__u8 *cached = bpf_map_lookup_elem(&marker_codes, &key);
 	if (cached)
 		return *cached;
 	__u8 kind = MARKER_NONE;
@@ -141,7 +146,7 @@ static __always_inline __u8 marker_code_kind_of(__u64 code)
 		kind = MARKER_PHASE;
 	else if (name_is(qual + pyo.str_ascii_data, "without_samples", 16) && code_in_host(code))
 		kind = MARKER_NO_SAMPLES;
-	bpf_map_update_elem(&marker_codes, &code, &kind, BPF_ANY);
+	bpf_map_update_elem(&marker_codes, &key, &kind, BPF_ANY);
 	return kind;
 }
 
@@ -199,6 +204,7 @@ static __always_inline int instance_values(__u64 obj, __u64 out[4])
  * a phase marker? */
 static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 {
+	struct proc_state *ps = ps_cur();
 	__u64 type = rd64(mgr + 8);
 	if (!type || classify_type(type) != T_GENCM)
 		return 0;
@@ -211,7 +217,7 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 	__u8 kind = 0;
 	for (int i = 0; i < 4; i++) {
 		__u64 c = cand[i] & ~3ULL;
-		if (!c || rd64(c + 8) != cfg.gen_type)
+		if (!c || rd64(c + 8) != ps->cfg.gen_type)
 			continue;
 		kind = marker_code_kind(gen_code(c));
 		if (kind == MARKER_PHASE || kind == MARKER_NO_SAMPLES) {
@@ -231,7 +237,7 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 		if (!m)
 			return 0;
 	}
-	markers_live = 1;
+	ps->markers_live = 1;
 	__u64 parent = active_marker(); /* forgets the ones that are over first */
 	__u32 n = m->n;
 	if (n >= MARKERS_MAX) {
@@ -243,9 +249,9 @@ static __always_inline int marker_seen(__u64 mgr, __u64 chars)
 	m->gen[n & (MARKERS_MAX - 1)] = gen;
 	m->n = n + 1;
 
-	struct rec_marker *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct rec_marker *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return 0;
 	}
 	__u64 id = bpf_get_current_pid_tgid();

@@ -21,7 +21,7 @@ struct {
 } orphans SEC(".maps");
 
 /* Threads with modules that were running at the attach and have not returned yet. */
-__u32 orphans_pending = 0;
+/* per process: struct proc_state's orphans_pending */
 
 #define ORPHAN_WALK_MAX 64
 
@@ -55,13 +55,15 @@ static long orphan_step(__u64 index, void *ctx)
  * one of those is open: only then is the stack walked. */
 static __always_inline void check_orphans_walk(void)
 {
-	if (!orphans_pending || !cfg.runtime)
+	struct proc_state *ps = ps_cur();
+	if (!ps->orphans_pending || !ps->cfg.runtime)
 		return;
 	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	if (cs && cs->n)
 		return;
 	__u64 tstate = current_tstate();
-	struct orphan_list *o = tstate ? bpf_map_lookup_elem(&orphans, &tstate) : NULL;
+	__u64 key = PS_KEY(ps, tstate); /* user space tags it too */
+	struct orphan_list *o = tstate ? bpf_map_lookup_elem(&orphans, &key) : NULL;
 	if (!o)
 		return;
 	struct orphan_walk w = { .o = o, .n = o->n < ORPHANS_MAX ? o->n : ORPHANS_MAX,
@@ -86,9 +88,9 @@ static __always_inline void check_orphans_walk(void)
 			o->n = keep + 1;
 			continue;
 		}
-		struct rec_orphan *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+		struct rec_orphan *r = ps_reserve(ps, sizeof(*r));
 		if (!r) {
-			__sync_fetch_and_add(&dropped_records, 1);
+			__sync_fetch_and_add(&ps->dropped_records, 1);
 			continue;
 		}
 		r->hdr.kind = REC_ORPHAN;
@@ -101,8 +103,8 @@ static __always_inline void check_orphans_walk(void)
 		bpf_ringbuf_submit(r, 0);
 	}
 	if (!*(volatile __u32 *)&o->n) {
-		bpf_map_delete_elem(&orphans, &tstate);
-		__sync_fetch_and_add(&orphans_pending, -1);
+		bpf_map_delete_elem(&orphans, &key);
+		__sync_fetch_and_add(&ps->orphans_pending, -1);
 	}
 }
 

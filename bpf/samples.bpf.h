@@ -20,11 +20,11 @@
 #include "frames.bpf.h"
 
 /* note_samples' code object, once user space has armed the watch on it */
-__u64 samples_code = 0;
+/* per process: struct proc_state's samples_code */
 /* user space allows holding the target (SIGSTOP) while it reads (not in a foreground
  * terminal's process group: job control would see it) */
-__u32 samples_hold = 0;
-__u64 samples_spurious = 0;
+/* per process: struct proc_state's samples_hold */
+/* per process: struct proc_state's samples_spurious */
 
 /* the module body's globals, and the stack pointer that pairs its return (the imports
  * it runs return first) */
@@ -42,9 +42,10 @@ struct {
 
 static __always_inline int samples_output(__u32 kind, __u64 obj, __u64 code)
 {
-	struct rec_samples *r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+	struct proc_state *ps = ps_cur();
+	struct rec_samples *r = ps_reserve(ps, sizeof(*r));
 	if (!r) {
-		__sync_fetch_and_add(&dropped_records, 1);
+		__sync_fetch_and_add(&ps->dropped_records, 1);
 		return 0;
 	}
 	__u64 id = bpf_get_current_pid_tgid();
@@ -57,9 +58,9 @@ static __always_inline int samples_output(__u32 kind, __u64 obj, __u64 code)
 	r->code = code;
 	r->pad = 0;
 	r->flags = 0;
-	if (numeric_hold)
+	if (ps->numeric_hold)
 		r->flags = hold_thread() ? REC_F_HELD | REC_F_PTRACE : 0;
-	else if (samples_hold && !bpf_send_signal(19 /* SIGSTOP */))
+	else if (ps->samples_hold && !bpf_send_signal(19 /* SIGSTOP */))
 		r->flags = REC_F_HELD;
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
@@ -68,7 +69,8 @@ static __always_inline int samples_output(__u32 kind, __u64 obj, __u64 code)
 /* PyEval_EvalCode(code, globals, locals): a module body (or exec/eval) starts. */
 static __always_inline int host_exec_seen(__u64 code, __u64 globals, __u64 sp)
 {
-	if ((bpf_get_current_pid_tgid() >> 32) != cfg.tgid || !code || !globals)
+	struct proc_state *ps = ps_cur();
+	if ((bpf_get_current_pid_tgid() >> 32) != ps->tgid || !code || !globals)
 		return 0;
 	if (!code_in_host(code))
 		return 0;
@@ -93,13 +95,14 @@ static __always_inline int host_exec_done(__u64 sp)
  * of it (the specializer's, on a first call) find another frame current: skipped. */
 static __always_inline int samples_seen(void)
 {
-	if ((bpf_get_current_pid_tgid() >> 32) != cfg.tgid || !samples_code || !cfg.runtime)
+	struct proc_state *ps = ps_cur();
+	if ((bpf_get_current_pid_tgid() >> 32) != ps->tgid || !ps->samples_code || !ps->cfg.runtime)
 		return 0;
 	__u64 frame = tstate_frame(current_tstate());
 	__u16 code_at = pyo.version <= 310 ? pyo.frameobj_code : pyo.iframe_code;
 	__u64 code = frame ? rd64(frame + code_at) & ~3ULL : 0;
-	if (code != samples_code) {
-		__sync_fetch_and_add(&samples_spurious, 1);
+	if (code != ps->samples_code) {
+		__sync_fetch_and_add(&ps->samples_spurious, 1);
 		return 0;
 	}
 	__u64 contexts = rd64(frame + pyo.iframe_localsplus) & ~3ULL;

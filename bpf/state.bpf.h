@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
-/* state: configuration, counters, ring buffer, reads.
+/* state: configuration, per-process state, ring buffers, reads.
  *
- * The configuration user space fills in before load (CPython and tensor layouts, the
- * target's addresses), the counters it reads back, the ring buffer every record goes
- * through, and the one way anything is read from the target: bpf_probe_read_user of its
- * memory (a fault is counted, never fatal; nothing is ever written there). */
+ * What user space fills in before load and every process of this object shares (the
+ * CPython and tensor layouts, the options), each traced process's own slot (its
+ * addresses, counters, holds, what the probes learnt: include/procslot.h) and its own
+ * ring buffer, both found by its tgid, and the one way anything is read from the target:
+ * bpf_probe_read_user of its memory (a fault is counted, never fatal; nothing is ever
+ * written there). */
 #ifndef EVMBPF_STATE_BPF_H
 #define EVMBPF_STATE_BPF_H
 
@@ -13,41 +15,115 @@
 #include <bpf/bpf_tracing.h>
 #include "evmbpf.h"
 #include "pyoffsets.h"
+#include "procslot.h"
 #include "readcount.bpf.h" /* a profiling build's read counter (nothing otherwise) */
 
+/* The same for every process this object serves: one Python build and torch layout,
+ * one session's options. The verifier folds them. */
 const volatile struct py_offsets pyo = {};
-const volatile struct target_config cfg = {};
 const volatile struct tensor_layout layouts[TENSOR_LAYOUTS] = {};
 const volatile __u32 n_layouts = 0;
-
-/* Counters read by user space. */
-__u64 dropped_records = 0;
-__u64 dropped_bytes = 0;
-__u64 truncated_records = 0;
-__u64 read_faults = 0;
-/* Stop the target (SIGSTOP) at the next module call, so that user space can read the
- * model's module tree before it can change or be freed; user space sends SIGCONT. */
-__u32 hold_next = 0;
-/* --phase rules: stop the target (SIGSTOP) when the frames under an outermost call hold
- * code objects user space has not named yet, so that it names them (and, on 3.9/3.10,
- * finds their classes) while they exist: a short job could be gone by the time the
- * collector reads its records. Once per code object; user space sends SIGCONT. */
-__u32 hold_codes = 0;
-/* The target's exit status (wait(2) encoding), once its last thread has exited. */
-__s32 group_exit_code = 0;
-__u32 group_exited = 0;
-
-/* Index + 1 of the tensor layout that last matched: tried first. */
-__u32 layout_hint = 0;
+/* --phase rules given: report the frames under outermost calls */
+const volatile __u32 phase_rules = 0;
 /* Wake the collector only once this much is waiting in the ring buffer (0: every
  * record). It polls every 100 ms anyway, and a wakeup per record (an irq_work, an IPI,
  * a context switch) costs the target more than describing the call does. */
 const volatile __u64 wakeup_bytes = 0;
 
+/* Everything else is per process (include/procslot.h): its configuration (the type
+ * objects and _PyRuntime at its own addresses), its counters, what its probes learnt.
+ * A process's slot is found by its tgid; a tgid without one (a process whose slot is
+ * not filled yet, or was freed) is not traced: every program returns at once. Slot 0 is
+ * no process's: what ps_cur() gives when none is found (written, never read). The states
+ * are a global array (user space maps it with the object's .bss): reached without a map
+ * lookup, never NULL, no key on the stack (call_enter's description chain is at the
+ * 512-byte stack limit). */
+struct proc_state procs[PROC_SLOTS] = {};
+
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 24); /* resized from user space */
-} events SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} proc_slot SEC(".maps");
+
+/* The slot of the program running on a CPU, set at its top (ps_enter) and read below
+ * it (ps_cur): nothing else runs on that CPU until the program returns (a uprobe's and a
+ * tracepoint's programs run with preemption off, a breakpoint's in its exception, and
+ * none of ours nests in another: uprobes and breakpoints fire in user mode), as the
+ * per-CPU scratch maps already rely on. Indexed by CPU, masked. */
+#define CUR_CPUS 1024
+__u32 cur_slot[CUR_CPUS] = {};
+__u32 cur_tgid[CUR_CPUS] = {};
+
+/* Each process's own ring buffer (user space makes it and puts it at the process's
+ * slot): one busy process cannot make another's records drop. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_RINGBUF);
+		__uint(max_entries, 4096); /* a template: each is made from user space */
+	});
+} rings SEC(".maps");
+
+/* The slot of tgid (0: none), remembered as this CPU's current one. */
+static __always_inline __u32 ps_find(__u32 tgid)
+{
+	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
+	cur_tgid[cpu] = tgid;
+	__u32 *slot = bpf_map_lookup_elem(&proc_slot, &cur_tgid[cpu]); /* the key: no stack */
+	__u32 idx = slot ? *slot & (PROC_SLOTS - 1) : 0;
+	if (procs[idx].tgid != tgid)
+		idx = 0;
+	cur_slot[cpu] = idx;
+	return idx;
+}
+
+/* The state of tgid, NULL when it has none. Most often the CPU's last program was the
+ * same process's: its slot still holds that tgid, and no hash lookup is made. A freed
+ * slot is zeroed only after its tgid has left proc_slot, and a slot is filled before its
+ * tgid enters it, so a slot whose tgid matches is the process's. */
+static __always_inline struct proc_state *ps_slot(__u32 tgid)
+{
+	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
+	__u32 idx = cur_slot[cpu] & (PROC_SLOTS - 1);
+	if (!idx || procs[idx].tgid != tgid)
+		idx = ps_find(tgid);
+	return idx ? &procs[idx & (PROC_SLOTS - 1)] : NULL;
+}
+
+/* At the top of each program: the current process's state, NULL when it has none. */
+static __always_inline struct proc_state *ps_enter(void)
+{
+	return ps_slot(bpf_get_current_pid_tgid() >> 32);
+}
+
+/* Below the top: the state ps_enter found (never NULL; slot 0 when none). No branch:
+ * it is inlined in every read's fault path. */
+static __always_inline struct proc_state *ps_cur(void)
+{
+	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
+	return &procs[cur_slot[cpu] & (PROC_SLOTS - 1)];
+}
+
+/* The process's ring buffer (NULL: none: the record is dropped and counted) */
+static __always_inline void *ps_ring(struct proc_state *ps)
+{
+	return bpf_map_lookup_elem(&rings, &ps->slot); /* the key: no stack */
+}
+
+static __always_inline long ps_output(struct proc_state *ps, void *data, __u64 size, __u64 flags)
+{
+	void *rb = ps_ring(ps);
+	return rb ? bpf_ringbuf_output(rb, data, size, flags) : -1;
+}
+
+#define ps_reserve(ps, size) ({ void *rb_ = ps_ring(ps); rb_ ? bpf_ringbuf_reserve(rb_, size, 0) : NULL; })
+
+/* A key of the maps keyed by the target's addresses: the process's tag above them */
+#define PS_KEY(ps, addr) ((__u64)(addr) | (ps)->tag)
 
 /* Py_TPFLAGS_*_SUBCLASS */
 #define TPF_LONG (1UL << 24)
@@ -60,7 +136,7 @@ static __always_inline __u64 rd64(__u64 addr)
 {
 	__u64 v = 0;
 	if (bpf_probe_read_user(&v, sizeof(v), (void *)addr))
-		__sync_fetch_and_add(&read_faults, 1);
+		__sync_fetch_and_add(&ps_cur()->read_faults, 1);
 	return v;
 }
 

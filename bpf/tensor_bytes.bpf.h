@@ -31,7 +31,7 @@ const volatile __u32 tensor_bytes_max = 0;
 /* --stop-on-nonfinite: an exit record still holds its thread (the target is stopped
  * there, before its caller runs on, when the output holds a NaN or an Inf) */
 const volatile __u32 tensor_bytes_hold_exits = 0;
-__u64 tensor_bytes_sent = 0;
+/* per process: struct proc_state's tensor_bytes_sent */
 
 static __always_inline __u32 dtype_itemsize(__u8 dtype)
 {
@@ -79,6 +79,7 @@ static __always_inline int tensor_bytes(const struct dnode_tensor *t,
 	if (bpf_probe_read_user(b->data, n, (void *)addr))
 		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
+	struct proc_state *ps = ps_cur();
 	b->hdr.hdr.kind = REC_TENSOR_BYTES;
 	b->hdr.hdr.size = sizeof(b->hdr) + n;
 	b->hdr.hdr.pid = id >> 32;
@@ -87,9 +88,9 @@ static __always_inline int tensor_bytes(const struct dnode_tensor *t,
 	b->hdr.addr = addr;
 	b->hdr.seq = seq;
 	b->hdr.len = n;
-	if (bpf_ringbuf_output(&events, b, sizeof(b->hdr) + n, BPF_RB_NO_WAKEUP))
+	if (ps_output(ps, b, sizeof(b->hdr) + n, BPF_RB_NO_WAKEUP))
 		return 0; /* the ring is full: the hold reads it instead */
-	__sync_fetch_and_add(&tensor_bytes_sent, 1);
+	__sync_fetch_and_add(&ps->tensor_bytes_sent, 1);
 	return 1;
 }
 

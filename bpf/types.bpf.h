@@ -35,32 +35,36 @@ struct {
 } type_cache SEC(".maps");
 
 /* What kind of object a type makes. Walks tp_base for float, Tensor and Module. */
-static __always_inline __u8 classify_type_slow(__u64 type);
+static __always_inline __u8 classify_type_slow(struct proc_state *ps, __u64 type);
 
+/* Both caches are keyed by the address and the process's tag (state.bpf.h: PS_KEY). */
 __noinline __u8 classify_type(__u64 type)
 {
 	__u32 zero = 0;
+	struct proc_state *ps = ps_cur();
+	__u64 key = PS_KEY(ps, type);
 	struct type_cache *tc = bpf_map_lookup_elem(&type_cache, &zero);
 	__u32 slot = ((type >> 4) ^ (type >> 12)) & (TYPE_CACHE - 1);
-	if (tc && tc->type[slot] == type)
+	if (tc && tc->type[slot] == key)
 		return tc->kind[slot];
-	__u8 kind = classify_type_slow(type);
+	__u8 kind = classify_type_slow(ps, type);
 	if (tc) {
-		tc->type[slot] = type;
+		tc->type[slot] = key;
 		tc->kind[slot] = kind;
 	}
 	return kind;
 }
 
-static __always_inline __u8 classify_type_slow(__u64 type)
+static __always_inline __u8 classify_type_slow(struct proc_state *ps, __u64 type)
 {
-	struct type_info *cached = bpf_map_lookup_elem(&type_kinds, &type);
+	__u64 key = PS_KEY(ps, type);
+	struct type_info *cached = bpf_map_lookup_elem(&type_kinds, &key);
 	if (cached)
 		return cached->kind;
 
 	__u8 kind = T_OTHER;
 	__u64 flags = rd64(type + pyo.tp_flags);
-	if (type == cfg.bool_type)
+	if (type == ps->cfg.bool_type)
 		kind = T_BOOL;
 	else if (flags & TPF_LONG)
 		kind = T_INT;
@@ -75,7 +79,7 @@ static __always_inline __u8 classify_type_slow(__u64 type)
 	else {
 		__u64 t = type;
 		for (int i = 0; i < 12 && t; i++) {
-			if (t == cfg.float_type) {
+			if (t == ps->cfg.float_type) {
 				kind = T_FLOAT;
 				break;
 			}
@@ -94,11 +98,11 @@ static __always_inline __u8 classify_type_slow(__u64 type)
 			}
 			/* torch.nn.Module derives from object directly; user space confirms
 			 * its __module__ on the first sighting. */
-			if (base == cfg.object_type && name_is(name, "Module", 7)) {
+			if (base == ps->cfg.object_type && name_is(name, "Module", 7)) {
 				kind = T_MODULE;
 				if (t != type) {
 					struct rec_module_type *r;
-					r = bpf_ringbuf_reserve(&events, sizeof(*r), 0);
+					r = ps_reserve(ps, sizeof(*r));
 					if (r) {
 						r->hdr.kind = REC_MODULE_TYPE;
 						r->hdr.size = sizeof(*r);
@@ -114,13 +118,13 @@ static __always_inline __u8 classify_type_slow(__u64 type)
 			}
 			t = base;
 		}
-		if (kind == T_OTHER && cfg.gen_type &&
+		if (kind == T_OTHER && ps->cfg.gen_type &&
 		    name_is(rd64(type + pyo.tp_name), "_GeneratorContextManager", 25))
 			kind = T_GENCM;
 	}
 	struct type_info info = { .kind = kind, .heap = (flags >> 9) & 1 };
 	bpf_probe_read_user_str(info.name, sizeof(info.name), (void *)rd64(type + pyo.tp_name));
-	bpf_map_update_elem(&type_kinds, &type, &info, BPF_ANY);
+	bpf_map_update_elem(&type_kinds, &key, &info, BPF_ANY);
 	return kind;
 }
 

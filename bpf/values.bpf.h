@@ -57,6 +57,7 @@ struct scratch {
 	__u32 nbytes_recs; /* REC_TENSOR_BYTES records output for this record */
 	__u32 flags;
 	__u32 head_ok;     /* head holds obj + 8 .. obj + HEAD_END of the object described */
+	__u64 none_obj;    /* the process's None (its cfg's), set by begin() */
 	struct work stack[STACK_MAX];
 	__u8 head[128];
 	__u32 win_who[WIN_SLOTS]; /* stack position + 1 of the cursor whose window it holds */
@@ -72,14 +73,15 @@ struct {
 	__type(value, struct scratch);
 } scratch_map SEC(".maps");
 
-static __always_inline __u64 rb_flags(__u32 rec_flags)
+static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags)
 {
 	if (rec_flags & REC_F_PTRACE) /* a thread waits for us */
 		return BPF_RB_FORCE_WAKEUP;
 	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
 		return 0;
-	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
-									     : BPF_RB_NO_WAKEUP;
+	void *rb = ps_ring(ps);
+	return rb && bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									      : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline struct dnode *node_here(struct scratch *s)
@@ -232,7 +234,8 @@ static __always_inline __u32 tensor_data(struct scratch *s, struct dnode *n,
 static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u64 obj)
 {
 	struct dnode_tensor *t = (void *)(n + 1);
-	__u32 hint = layout_hint;
+	struct proc_state *ps = ps_cur();
+	__u32 hint = ps->layout_hint;
 	__u32 found = 0;
 
 	t->ndim = 0;
@@ -269,11 +272,11 @@ static __always_inline void emit_tensor(struct scratch *s, struct dnode *n, __u6
 	if (li >= TENSOR_LAYOUTS)
 		return;
 	if (found != hint)
-		layout_hint = found;
+		ps->layout_hint = found;
 	__u16 base = layouts[li].backptr_off;
 	if (!have_chunk) {
 		if (bpf_probe_read_user(s->tmp, TENSOR_CHUNK, (void *)(impl + base))) {
-			__sync_fetch_and_add(&read_faults, 1);
+			__sync_fetch_and_add(&ps->read_faults, 1);
 			commit(s, n, sizeof(*n) + sizeof(*t));
 			return;
 		}

@@ -71,6 +71,8 @@ struct rec_call {
 #define REC_F_PTRACE 16u    /* --numeric: this thread was held here (SIGURG, seen by evmbpf's ptrace) */
 #define REC_F_BOUND 32u     /* enter: the nodes start with the args and kwargs of the bound call
 			     * of REC_BOUND_ENTER; exit: the return of such a call (a watchpoint) */
+#define REC_F_BOUND_SELF 64u /* enter (with REC_F_BOUND): a bound call's own entry, its nodes its
+			      * args and kwargs (one entered right inside another, bound_outer) */
 
 /* CUDA memory (bpf/cudamem.bpf.h): DeviceStats of c10's caching allocator, the values
  * torch.cuda.memory_stats_as_nested_dict() gives for the thread's current device. */
@@ -306,7 +308,8 @@ struct bound_thread {
 	__u8 state[BOUND_SITES];    /* 0 just found, BOUND_ARMED, BOUND_FAILED */
 	__u8 full_said;
 	__u8 nested_said;
-	__u8 pad[4];
+	__u8 outer;  /* opening the outer of two bound calls entered one right inside the other */
+	__u8 pad[3];
 };
 struct rec_bound_enter {
 	struct rec_hdr hdr;
@@ -314,7 +317,8 @@ struct rec_bound_enter {
 	__u64 marker;
 };
 #define BOUND_SITE_F_FULL 1u /* every watchpoint of the thread is in use: not watched */
-#define BOUND_SITE_F_NESTED 2u /* two bound calls found at one module call: not traced */
+#define BOUND_SITE_F_NESTED 2u /* two bound calls found at one module call: not traced (the
+				* tail call to bound_outer failed) */
 #define BOUND_SITE_F_DEEP 4u /* more than BOUND_OPEN bound calls open: not traced */
 struct rec_bound_site {
 	struct rec_hdr hdr;

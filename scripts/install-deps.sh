@@ -14,6 +14,7 @@ packages=(
   python3 python3-pytest python3-torch    # the real target and the test runner
   debootstrap                             # chroots for the version matrix
   python3.11-dbg                          # a debug build, which evmbpf must refuse
+  libpython3.11-dev                       # tests: an embedder of the shared libpython3.11
   chromium                                # tests/test_export.py: speedscope in a browser
 )
 # npm for the speedscope web app (a Node.js of another origin may bring its own npm)

@@ -243,6 +243,22 @@ class AttachedCmd(Attached):
         self._start(cmd, out, evmbpf_args, env)
 
 
+def host_shared_target(outdir):
+    """The host's CPython 3.11 and torch 1.13 run by an embedder of Debian's shared
+    libpython3.11 (tests/embed/pyshared.c, built into outdir with python3.11-config from
+    libpython3.11-dev): the interpreter lives in libpython3.11.so.1.0. None: no
+    python3.11-config here."""
+    config = "/usr/bin/python3.11-config"
+    if not os.access(config, os.X_OK):
+        return None
+    flags = subprocess.run([config, "--cflags", "--ldflags", "--embed"], check=True,
+                           capture_output=True, text=True).stdout.split()
+    exe = os.path.join(str(outdir), "pyshared")
+    subprocess.run(["gcc", "-o", exe, os.path.join(ROOT, "tests", "embed", "pyshared.c"),
+                    *flags], check=True, capture_output=True, text=True)
+    return MatrixTarget("host-shared", exe, kwargs=torch_major() >= 2)
+
+
 def chroot_target(name):
     """A Debian chroot's python3 (built by scripts/chroot.sh when missing)."""
     kwargs = name != "bullseye"  # torch 1.7: the reference sees no kwargs

@@ -8,11 +8,14 @@ reference's, launched and by --pid, on the host's CPython 3.11 and in the chroot
 generate() is here too), and on pyenv's 3.9/3.10/3.12 with the stand-in torch (frames are
 PyFrameObjects on 3.9/3.10)."""
 import os
+import subprocess
 
 import pytest
 
-from evmbpf_testlib import (HOST_PYTHON, OWN_WORKLOADS, MatrixTarget, chroot_ensure,
-                            chroot_target, compare_traces, load, pyenv_target, torch_major)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
+                            AttachedCmd, MatrixTarget, chroot_ensure, chroot_target,
+                            compare_traces, host_shared_target, load, pyenv_target,
+                            torch_major, wait_for_line)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
@@ -38,10 +41,16 @@ def host_target():
     return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
 
 
-def cell_target(where):
-    """host, a chroot's name, or pyenvX.Y (the stand-in torch); None: not here."""
+def cell_target(where, outdir=None):
+    """host, host-shared (an embedder of the shared libpython3.11, built in outdir), a
+    chroot's name, or pyenvX.Y (the stand-in torch)."""
     if where == "host":
         return host_target()
+    if where == "host-shared":
+        target = host_shared_target(outdir)
+        if target is None:
+            pytest.skip("no python3.11-config (libpython3.11-dev)")
+        return target
     if where.startswith("pyenv"):
         target = pyenv_target(where[len("pyenv"):])
         if target is None:
@@ -56,7 +65,7 @@ def cell_target(where):
 def run_cell(where, path, mode, tmp_path, evmbpf_args=(), ref_args=()):
     """The reference's trace and evmbpf's (launched or by --pid) of one workload in one
     cell; (reference events, evmbpf events, evmbpf's stderr)."""
-    target = cell_target(where).with_outdir(tmp_path)
+    target = cell_target(where, tmp_path).with_outdir(tmp_path)
     ref = os.path.join(target.outdir, "ref.jsonl")
     out = os.path.join(target.outdir, "got.jsonl")
     result = target.reference(path, ref, extra=ref_args)
@@ -98,6 +107,14 @@ def test_host_pid(evmbpf, shape, tmp_path):
     check_shape("host", shape, "pid", tmp_path)
 
 
+@pytest.mark.parametrize("shape,mode", [("kwargs", "launch")] + full(
+    *[(s, m) for m in ("launch", "pid") for s in SHAPES if (s, m) != ("kwargs", "launch")]))
+def test_host_shared_libpython(evmbpf, shape, mode, tmp_path):
+    """The host's CPython 3.11 as a shared libpython3.11 (Debian's package, run by an
+    embedder): slot_tp_call, the frames and the call sites are in the library."""
+    check_shape("host-shared", shape, mode, tmp_path)
+
+
 def test_host_numeric(evmbpf, tmp_path):
     """--numeric: a bound call's args and its output (read at the watchpoint, the thread
     held there) carry the reference's stats."""
@@ -107,36 +124,118 @@ def test_host_numeric(evmbpf, tmp_path):
     compare_numeric(ref, got, kwargs=target.kwargs)
 
 
-def test_host_nested_said(evmbpf, tmp_path):
-    """Two bound calls entered with no module call between them (`run = self.inner.__call__`
-    whose first module call is inside `self.first.__call__`): one description pass
-    describes one call's args, so neither is traced, and that is said once on stderr."""
-    path = tmp_path / "nested.py"
-    path.write_text(
-        "import os\n"
-        f"SHAPE = 'sub'\nexec(open({workload('calls')!r}).read())\n"
-        "class Nested(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.first = Block()\n"
-        "    def forward(self, x):\n"
-        "        return self.first.__call__(x)\n"
-        "class Top(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.embed = linear(3, 4)\n"
-        "        self.inner = Nested()\n"
-        "    def forward(self, x):\n"
-        "        return self.inner.__call__(self.embed(x))\n"
-        "def build():\n"
-        "    return Top()\n")
+def test_host_nested_refused(evmbpf, tmp_path):
+    """Two bound calls entered with no module call between them (`self.inner.__call__(h)`
+    whose first module call is inside `self.first.__call__(x)`) need two call sites'
+    watchpoints, 4 debug registers; run_workload.py imports evalmetry, whose note_samples
+    watch takes one: the inner's site is refused, said once, and nothing of it is
+    written."""
     target = host_target().with_outdir(tmp_path)
-    result = target.launch(str(path), str(tmp_path / "got.jsonl"))
+    ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(workload("nested"), ref).returncode == 0
+    result = target.launch(workload("nested"), got)
     assert result.returncode == 0, result.stderr
-    assert result.stderr.count("entered two modules through their bound __call__") == 1, \
+    ref, got, err = load(ref), load(got), result.stderr
+    assert err.count("cannot watch the call site of a bound Module.__call__") == 1, err
+    assert sum(e.get("module") == "inner.first" for e in ref) == 6
+    assert not any(e.get("module") == "inner.first" for e in got)
+    assert sum(e.get("event") == "enter" and e.get("module") == "inner" for e in got) == 3
+
+
+RUN_PLAIN = os.path.join(OWN_WORKLOADS, "run_plain.py")
+
+
+@pytest.mark.parametrize("where,mode", [("host", "launch")] + full(
+    ("host", "pid"), ("trixie", "launch"), ("bullseye", "launch"), ("sid", "launch"),
+    ("sid", "pid"), ("pyenv3.10", "launch"), ("pyenv3.12", "launch"), ("pyenv3.9", "pid")))
+def test_nested(evmbpf, where, mode, tmp_path):
+    """Two bound calls entered with no module call between them: the outer's entry is
+    written by bound_outer (call_enter's tail call), the inner's with the module call
+    that found both; with the target run without evalmetry (run_plain.py: 4 debug
+    registers free), the trace equals the reference's."""
+    target = cell_target(where, tmp_path).with_outdir(tmp_path)
+    path = workload("nested")
+    ref = os.path.join(target.outdir, "ref.jsonl")
+    out = os.path.join(target.outdir, "got.jsonl")
+    result = target.reference(path, ref)
+    assert result.returncode == 0, result.stderr[-3000:]
+    cmd = [*target.prefix, target.python, target.guest(RUN_PLAIN), target.guest(path)]
+    if mode == "launch":
+        result = subprocess.run([evmbpf, "--out", out, "--", *cmd], capture_output=True,
+                                text=True, env=target.env, timeout=600)
+        assert result.returncode == 0, result.stderr
+        err = result.stderr
+    else:
+        go = os.path.join(target.outdir, "go")
+        run = AttachedCmd(cmd + ["--wait-for", target.guest(go)], go, out, env=target.env)
+        run.release()
+        run.finish()
+        assert run.tracer_rc == 0, run.tracer_err
+        err = run.tracer_err
+    assert "not traced" not in err and "two modules" not in err, err
+    ref, got = load(ref), load(out)
+    assert sum(e["event"] == "enter" and e["module"] == "inner.first" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
+def test_nested_numeric(evmbpf, tmp_path):
+    """--numeric: the outer of two nested bound calls has its args' stats from
+    bound_outer's record, the inner's from the module call's, as the reference's."""
+    target = host_target().with_outdir(tmp_path)
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(workload("nested"), ref, extra=["--numeric"]).returncode == 0
+    result = subprocess.run([evmbpf, "--numeric", "--out", out, "--", HOST_PYTHON, RUN_PLAIN,
+                             workload("nested")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    got = load(out)
+    assert sum(e["event"] == "enter" and e["module"] == "inner" for e in got) == 3
+    compare_numeric(load(ref), got, kwargs=target.kwargs)
+
+
+def test_hook_said(evmbpf, tmp_path):
+    """CPython 3.9-3.12: a forward hook calling a module through its bound __call__
+    (`module.extra.__call__(out)`) has that call's first module call at the C stack
+    depth of the model's own children, which the fast path takes without a look
+    (docs/design.md): said once at the tree's read; the call is not written."""
+    target = host_target().with_outdir(tmp_path)
+    ref, out = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")
+    assert target.reference(workload("hook"), ref).returncode == 0
+    result = target.launch(workload("hook"), out)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("a forward hook of <root> (Hooked) calls modules") == 1, \
         result.stderr
-    got = load(str(tmp_path / "got.jsonl"))
-    assert not any(e.get("module") in ("inner", "inner.first") for e in got)
+    ref, got = load(ref), load(out)
+    assert sum(e.get("module") == "extra" for e in ref) == 6
+    assert not any(e.get("module") == "extra" for e in got)
+
+
+@pytest.mark.parametrize("where", ["trixie"] + full("sid"))
+def test_hook_seen(evmbpf, where, tmp_path):
+    """3.13+ has no stack-pointer fast path: the hook's bound call is found by the walk
+    at its first module call, and the trace equals the reference's; nothing is said."""
+    ref, got, err, target = run_cell(where, workload("hook"), "launch", tmp_path)
+    assert "forward hook" not in err, err
+    assert sum(e["event"] == "enter" and e["module"] == "extra" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
+@pytest.mark.parametrize("where", ["host"] + full("bullseye", "trixie", "sid",
+                                                   "pyenv3.10", "pyenv3.12"))
+def test_leaf_said(evmbpf, where, tmp_path):
+    """A module without submodules called through its bound __call__
+    (`self.proj.__call__(h)`) makes no module call of its own: evmbpf does not see it. It
+    says so once on stderr (the parent's forward names `__call__`), and writes nothing
+    for it: the rest of the trace is the reference's without the leaf's calls (their call
+    ids aside)."""
+    ref, got, err, target = run_cell(where, workload("subleaf"), "launch", tmp_path)
+    assert err.count("calls modules through their bound __call__") == 1, err
+    assert "InnerLeaf.forward (inner)" in err, err
+    assert sum(e.get("module") == "inner.proj" for e in ref) == 6
+    assert not any(e.get("module") == "inner.proj" for e in got)
+    keep = [e for e in ref if e.get("module") != "inner.proj"]
+    for e in keep + got:
+        e.pop("call", None)
+    compare_traces(keep, got, kwargs=target.kwargs)
 
 
 CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
@@ -150,8 +249,10 @@ def test_chroot_launch(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "launch", tmp_path)
 
 
-@pytest.mark.parametrize("chroot,shape", full(("trixie", "sub"), ("sid", "sub"),
-                                              ("sid", "kwcall")))
+@pytest.mark.parametrize("chroot,shape", full(
+    ("trixie", "sub"), ("sid", "sub"), ("sid", "kwcall"), ("trixie", "subfirst"),
+    ("sid", "subfirst"), ("trixie", "substep"), ("sid", "substep"), ("bullseye", "sub"),
+    ("bullseye", "subfirst")))
 def test_chroot_pid(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "pid", tmp_path)
 
@@ -196,7 +297,8 @@ def test_pyenv_standin(evmbpf, version, shape, tmp_path):
 
 
 @pytest.mark.parametrize("version,shape", [("3.10", "raises")] + full(
-    ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower")))
+    ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower"), ("3.9", "subfirst"),
+    ("3.10", "subfirst"), ("3.12", "subfirst"), ("3.13", "sub"), ("3.13", "subfirst")))
 def test_pyenv_standin_pid(evmbpf, version, shape, tmp_path):
     """--pid on pyenv's CPython: the bound calls after the attach are traced."""
     check_shape("pyenv" + version, shape, "pid", tmp_path)
@@ -217,3 +319,48 @@ def test_sid_jit_said(evmbpf, tmp_path):
     assert sum(e["event"] == "forward" for e in got) == 2  # model(x) before and after
     enters = sum(e["event"] == "enter" for e in got)
     assert enters == sum(e["event"] == "exit" for e in got) and enters > 0
+
+
+def test_pid_other_process_leaves(evmbpf, tmp_path):
+    """--pid A,B: B's bound call site is watched, then A ends and its session detaches;
+    B's watchpoints stay armed (one process's detach removes its own alone), so B's
+    second run of bound calls is traced, and B's trace equals the reference's."""
+    tmp = str(tmp_path)
+    path = workload("after")
+    ref = os.path.join(tmp, "ref.jsonl")
+    r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, path, "--trace", ref],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    go_a, go_b, gate = (os.path.join(tmp, n) for n in ("go-a", "go-b", "gate"))
+    a = subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, os.path.join(REF_WORKLOADS,
+                                                                  "tiny_transformer.py"),
+                          "--wait-for", go_a], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, path, "--wait-for", go_b],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, BOUND_AFTER=gate))
+    try:
+        pids = [int(p.stdout.readline().split("pid=")[1].split()[0]) for p in (a, b)]
+        tracer = subprocess.Popen([EVMBPF, "--pid", f"{pids[0]},{pids[1]}", "--out",
+                                   os.path.join(tmp, "t-%p.jsonl")],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for pid in pids:
+            wait_for_line(tracer.stderr, f"attached to {pid}", 120)
+        open(go_b, "w").close()
+        assert b.stdout.readline().strip() == "first run done"
+        open(go_a, "w").close()
+        a.communicate(timeout=300)
+        assert a.returncode == 0
+        wait_for_line(tracer.stderr, f"{pids[0]}: trace in", 120)
+        open(gate, "w").close()
+        b.communicate(timeout=300)
+        assert b.returncode == 0
+        terr = tracer.communicate(timeout=120)[1]
+        assert tracer.returncode == 0, terr
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+    got = load(os.path.join(tmp, f"t-{pids[1]}.jsonl"))
+    assert sum(e["event"] == "forward" for e in got) >= 10
+    compare_traces(load(ref), got, kwargs=torch_major() >= 2)

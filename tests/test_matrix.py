@@ -22,8 +22,8 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, PYENV, REF_WORKLOADS,
                             REFERENCE, RUN_WORKLOAD, STANDIN_WORKLOAD, Attached,
-                            chroot_dir, chroot_ensure, chroot_target, compare_traces, load,
-                            pyenv_python, pyenv_target)
+                            chroot_dir, chroot_ensure, chroot_target, compare_traces,
+                            host_shared_target, load, pyenv_python, pyenv_target)
 
 pytestmark = pytest.mark.root
 
@@ -177,6 +177,36 @@ def test_host_kv_cache(evmbpf, tmp_path):
     run.finish()
     assert run.tracer_rc == 0, run.tracer_err
     compare_traces(load(ref), load(out), kwargs=False)
+
+
+@pytest.mark.parametrize("workload", ["tiny_transformer"] + [
+    pytest.param("raises", marks=SLOW_MARKS)])
+def test_host_shared_libpython(evmbpf, workload, tmp_path):
+    """The host's CPython 3.11 and torch 1.13 as Debian's shared libpython3.11 (an
+    embedder, tests/embed/pyshared.c): evmbpf finds the interpreter and slot_tp_call in
+    libpython3.11.so.1.0 (stripped: through the slotdefs table), launched and by --pid,
+    and the traces equal the reference's."""
+    target = host_shared_target(tmp_path)
+    if target is None:
+        pytest.skip("no python3.11-config (libpython3.11-dev)")
+    target.with_outdir(tmp_path)
+    path = wl(workload)
+    ref = str(tmp_path / "ref.jsonl")
+    result = target.reference(path, ref)
+    assert os.path.exists(ref), result.stderr[-3000:]
+    out = str(tmp_path / "launch.jsonl")
+    result = target.launch(path, out, evmbpf_args=["-v"])
+    assert re.search(r"interpreter \S*/libpython3\.11\.so\.1\.0, slot_tp_call at",
+                     result.stderr), result.stderr
+    got = load(out)
+    check_header(got, "3.11")
+    compare_traces(load(ref), got, kwargs=target.kwargs)
+    out = str(tmp_path / "pid.jsonl")
+    run = target.attached(path, out)
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0, run.tracer_err
+    compare_traces(load(ref), load(out), kwargs=target.kwargs)
 
 
 def test_chroot_direct(evmbpf, tmp_path):

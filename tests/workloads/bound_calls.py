@@ -98,13 +98,81 @@ class InnerFirst(nn.Module):
         return self.helper(*(h,))
 
 
+class InnerLeaf(nn.Module):
+    """Calls a module without submodules through its bound __call__
+    (`self.proj.__call__(h)`): it makes no module call of its own, so evmbpf does not see
+    it (docs/design.md), and says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = linear(4, 4)
+        self.proj = linear(4, 4)
+
+    def forward(self, x):
+        h = self.out(x)
+        return self.proj.__call__(h)
+
+
+class Nested(nn.Module):
+    """Its first module call is a bound one: called itself through its bound __call__,
+    two bound calls are entered with no module call between them."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = Block()
+
+    def forward(self, x):
+        return self.first.__call__(x)
+
+
+class Top(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.inner = Nested()
+        self.head = linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.inner.__call__(self.embed(x)))
+
+
+class After(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = linear(2, 2)
+
+    def forward(self, y):
+        return self.proj(y)
+
+
+def after(module, args, out):
+    """A forward hook that calls a module through its bound __call__."""
+    module.extra.__call__(out)
+
+
+class Hooked(nn.Module):
+    """Its forward hook calls `self.extra.__call__(out)`: on 3.9-3.12 that call's first
+    module call sits at the C stack depth of the model's own children (docs/design.md)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.head = linear(4, 2)
+        self.extra = After()
+        self.register_forward_hook(after)
+
+    def forward(self, x):
+        return self.head(self.embed(x))
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
-    def __init__(self, stored=False, first=False):
+    def __init__(self, stored=False, first=False, leaf=False):
         super().__init__()
         self.embed = linear(3, 4)
-        self.inner = InnerFirst() if first else Inner(stored)
+        self.inner = (InnerLeaf() if leaf else InnerFirst() if first else
+                      Inner(stored))
         self.head = linear(4, 2)
 
     def forward(self, x):
@@ -113,8 +181,13 @@ class SubModel(nn.Module):
 
 def build():
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst"):
-        return SubModel(stored=shape == "substep", first=shape == "subfirst")
+    if shape == "nested":
+        return Top()
+    if shape == "hook":
+        return Hooked()
+    if shape in ("sub", "substep", "subfirst", "subleaf"):
+        return SubModel(stored=shape == "substep", first=shape == "subfirst",
+                        leaf=shape == "subleaf")
     return Model()
 
 
@@ -173,7 +246,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "nested", "hook"):
         sub(model, x)
         return
     model(x)

@@ -21,7 +21,7 @@ void watch_running_modules(struct session *s)
 	struct target *t = &s->target;
 	const struct py_offsets *o = t->off;
 	const struct pyreader *r = &t->reader;
-	if (!s->skel || !t->runtime || !s->skel->bss->hold_next)
+	if (!s->ps || !t->runtime || !s->ps->hold_next)
 		return;
 	/* stopped already (by its user, or a debugger): read it as it is, and leave it so */
 	int stopped_before = !wait_stopped(t->pid, 0);
@@ -67,13 +67,14 @@ void watch_running_modules(struct session *s)
 		memcpy(l.frame, frames + (k - l.n), l.n * sizeof(l.frame[0]));
 		memcpy(l.first, firsts + (k - l.n), l.n * sizeof(l.first[0]));
 		memcpy(l.self, selves + (k - l.n), l.n * sizeof(l.self[0]));
-		if (!bpf_map__update_elem(s->skel->maps.orphans, &ts, sizeof(ts), &l, sizeof(l),
+		uint64_t key = ts | s->ps->tag; /* the process's tag (procslot.h) */
+		if (!bpf_map__update_elem(s->skel->maps.orphans, &key, sizeof(key), &l, sizeof(l),
 					  BPF_ANY)) {
 			threads++;
 			modules += l.n;
 		}
 	}
-	s->skel->bss->orphans_pending = threads;
+	s->ps->orphans_pending = threads;
 	if (!stopped_before)
 		kill(t->pid, SIGCONT);
 	if (threads)
@@ -93,7 +94,8 @@ int run_attach(const struct tracer_opts *opts)
 			if (strcmp(s.trace.out_path, "-"))
 				unlink(s.trace.out_path);
 		}
-		evmbpf_bpf__destroy(s.skel);
+		ring_buffer__free(s.rb);
+		session_unload(&s);
 		return 1;
 	}
 	watch_running_modules(&s);

@@ -26,7 +26,12 @@
 
 #define BOUND_LINKS_MAX 256
 
-static struct bpf_link *links[BOUND_LINKS_MAX];
+/* every traced process's watchpoints, with the process they belong to: one session's
+ * detach removes its own and leaves the others' armed */
+static struct {
+	struct bpf_link *link;
+	pid_t pid;
+} links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
 static int said_full, said_failed, said_nested, said_deep;
@@ -102,8 +107,8 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 		errno = ENOSPC;
 	}
 	if (call && ret) {
-		links[nlinks++] = call;
-		links[nlinks++] = ret;
+		links[nlinks].link = call, links[nlinks++].pid = s->target.pid;
+		links[nlinks].link = ret, links[nlinks++].pid = s->target.pid;
 		set_state(s, r->hdr.tid, r->next_at, BOUND_ARMED);
 		debugx("thread %u: a bound Module.__call__ called at %#lx, returning to %#lx: watched",
 		       r->hdr.tid, (unsigned long)r->call_at, (unsigned long)r->next_at);
@@ -122,21 +127,144 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 		continue_held(s->target.pid);
 }
 
-int bound_skip(const void *data, size_t size)
+int bound_skip(struct session *s, const void *data, size_t size)
 {
 	const struct rec_call *r = data;
 	if (!skip_tid || size < sizeof(*r) || r->hdr.kind != REC_ENTER ||
 	    !(r->flags & REC_F_BOUND) || r->hdr.tid != skip_tid)
 		return 0;
 	skip_tid = 0;
-	return 1;
+	if (r->flags & REC_F_BOUND_SELF)
+		return 1; /* the entry of the outer of two: nothing else in it */
+	/* the module call that found it is traced; the bound call's args ahead of its own
+	 * are skipped (trace.c: no bound entry pending) */
+	s->trace.bound.self = 0;
+	return 0;
 }
 
-void bound_detach(void)
+void bound_detach(pid_t pid)
 {
+	int kept = 0;
 	for (int i = 0; i < nlinks; i++)
-		bpf_link__destroy(links[i]);
-	nlinks = 0;
+		if (links[i].pid == pid)
+			bpf_link__destroy(links[i].link);
+		else
+			links[kept++] = links[i];
+	nlinks = kept;
+}
+
+/* A function's code names `__call__` (co_names: a `.__call__` attribute load). */
+static int code_names_call(const struct pyreader *r, uint64_t func)
+{
+	char tname[16];
+	if (!func || py_type_name(r, py_type(r, func), tname, sizeof(tname)) ||
+	    strcmp(tname, "function"))
+		return 0;
+	int err = 0;
+	uint64_t code = pm_u64(r, func + r->off->func_code, &err);
+	/* PyCodeObject.co_names: after the fixed ints on 3.9/3.10, right after co_consts
+	 * from 3.11 */
+	uint64_t names = err ? 0 : pm_u64(r, code + (r->off->version <= 310 ? 64 : 32), &err);
+	if (err || !names || py_type_name(r, py_type(r, names), tname, sizeof(tname)) ||
+	    strcmp(tname, "tuple"))
+		return 0;
+	int64_t n = (int64_t)pm_u64(r, names + 16, &err);
+	for (int64_t i = 0; !err && i < n && i < 4096; i++) {
+		char name[16];
+		uint64_t item = pm_u64(r, names + r->off->tuple_items + 8 * (uint64_t)i, &err);
+		if (!err && py_str(r, item, name, sizeof(name)) >= 0 && !strcmp(name, "__call__"))
+			return 1;
+	}
+	return 0;
+}
+
+/* The forward type(obj) runs: the first class of its MRO whose __dict__ has one. */
+static uint64_t type_forward(const struct pyreader *r, uint64_t type)
+{
+	int err = 0;
+	uint64_t mro = pm_u64(r, type + r->off->tp_mro, &err);
+	int64_t n = err || !mro ? 0 : (int64_t)pm_u64(r, mro + 16, &err);
+	for (int64_t i = 0; !err && i < n && i < 64; i++) {
+		uint64_t base = pm_u64(r, mro + r->off->tuple_items + 8 * (uint64_t)i, &err);
+		uint64_t dict = err ? 0 : pm_u64(r, base + r->off->tp_dict, &err);
+		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, "forward");
+		if (f)
+			return f;
+	}
+	return 0;
+}
+
+struct hook_scan {
+	const struct pyreader *r;
+	int found;
+};
+
+/* A hook: a function, or a bound method (its __func__ at +16), whose code names
+ * `__call__`. */
+static int hook_names_call(void *arg, uint64_t key, uint64_t value)
+{
+	struct hook_scan *h = arg;
+	char tname[16];
+	(void)key;
+	if (value && !py_type_name(h->r, py_type(h->r, value), tname, sizeof(tname)) &&
+	    !strcmp(tname, "method")) {
+		int err = 0;
+		value = pm_u64(h->r, value + 16, &err);
+		if (err)
+			return 0;
+	}
+	h->found = code_names_call(h->r, value);
+	return h->found;
+}
+
+/* 3.9-3.12: a module's forward pre-hook or hook that calls modules through their bound
+ * __call__ (the first of the tree), said once: a call there whose first module call sits
+ * at the C stack depth of the module's own children is taken for one of them. */
+static void bound_hooks(const struct pyreader *r, const struct modtree *m)
+{
+	static int said;
+	if (said || r->off->version > 312)
+		return;
+	for (size_t i = 0; !said && i < m->cap; i++) {
+		const struct mod_entry *e = &m->slots[i];
+		const char *kinds[] = { "_forward_pre_hooks", "_forward_hooks" };
+		for (int k = 0; e->obj && !said && k < 2; k++) {
+			uint64_t hooks = py_instance_attr(r, e->obj, kinds[k]);
+			struct hook_scan h = { .r = r };
+			if (hooks && !py_dict_items(r, hooks, hook_names_call, &h) && h.found) {
+				said = 1;
+				warnx_("warning: a forward %shook of %s (%s) calls modules through their "
+				       "bound __call__: on CPython 3.9-3.12 such a call is not seen, and "
+				       "its own module calls are written as %s's (see docs/design.md)",
+				       k ? "" : "pre-", e->path, e->type_name, e->path);
+			}
+		}
+	}
+}
+
+void bound_forwards(const struct pyreader *r, const struct modtree *m)
+{
+	static uint64_t seen[256];
+	static int nseen, said;
+	bound_hooks(r, m);
+	for (size_t i = 0; !said && i < m->cap; i++) {
+		const struct mod_entry *e = &m->slots[i];
+		uint64_t type = e->obj ? py_type(r, e->obj) : 0;
+		int known = !type;
+		for (int k = 0; k < nseen && !known; k++)
+			known = seen[k] == type;
+		if (known)
+			continue;
+		if (nseen < (int)(sizeof(seen) / sizeof(seen[0])))
+			seen[nseen++] = type;
+		if (!code_names_call(r, type_forward(r, type)))
+			continue;
+		said = 1;
+		warnx_("warning: %s.forward (%s) calls modules through their bound __call__ "
+		       "(`m.__call__(x)`): such a call is traced from its first module call on; "
+		       "one that makes none (a module without submodules, such as nn.Linear) or "
+		       "raises before it is not seen (see docs/design.md)", e->type_name, e->path);
+	}
 }
 
 /* PYTHON_JIT in the target's environment: its value, or NULL when unset. */

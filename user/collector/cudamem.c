@@ -406,7 +406,7 @@ static void list_unknown(struct session *s)
 	}
 	closedir(d);
 	if (c->nunknown)
-		__atomic_store_n(&s->skel->bss->cuda_unknown_on, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->ps->cuda_unknown_on, 1, __ATOMIC_RELEASE);
 	debugx("CUDA: %d thread(s) of %d there before the device probes: device unknown until shown",
 	       c->nunknown, s->target.pid);
 }
@@ -441,7 +441,7 @@ static void ld_hook(struct session *s)
 	if (!c->ld_link)
 		return;
 	watchdog_hold(s->target.pid, 1);
-	__atomic_store_n(&s->skel->bss->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->ps->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
 	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", name);
 }
 
@@ -450,7 +450,7 @@ static void ld_unhook(struct session *s)
 	struct cudamem *c = &s->cuda;
 	if (!c->ld_link)
 		return;
-	s->skel->bss->cuda_ld_debug = 0;
+	s->ps->cuda_ld_debug = 0;
 	bpf_link__destroy(c->ld_link);
 	c->ld_link = NULL;
 }
@@ -475,7 +475,7 @@ static void place_probes(struct session *s)
 			if (!skel->rodata->numeric && hold_is_safe(s->target.pid, s->opts->command != NULL) &&
 			    !watchdog_start(s->target.pid)) {
 				watchdog_hold(s->target.pid, 1);
-				skel->bss->cuda_init_hold = 1;
+				s->ps->cuda_init_hold = 1;
 			}
 		}
 	}
@@ -551,7 +551,7 @@ void cudamem_session_step(struct session *s)
 	struct cudamem *c = &s->cuda;
 	if (s->skel && c->nreveal)
 		reveal_step(s);
-	if (s->skel && (c->ld_link || s->skel->bss->cuda_init_hold))
+	if (s->ps && (c->ld_link || s->ps->cuda_init_hold))
 		watchdog_hold(s->target.pid, 1); /* one of their stops may come */
 	if (!s->skel || c->state == CM_READY || c->state == CM_UNSUPPORTED || c->cpu_torch)
 		return;
@@ -574,7 +574,7 @@ void cudamem_session_step(struct session *s)
 		place_probes(s);
 	if (c->state == CM_UNSUPPORTED && !c->warned) {
 		c->warned = 1;
-		s->skel->bss->cuda_init_hold = 0;
+		s->ps->cuda_init_hold = 0;
 		if (!cudamem_available(c))
 			return; /* no device: null as the reference's anyway, nothing to warn of */
 		warnx_("warning: CUDA memory: %s; `mem` stays null", c->why);
@@ -582,12 +582,12 @@ void cudamem_session_step(struct session *s)
 	}
 	if (c->state != CM_READY)
 		return;
-	s->skel->bss->cuda_init_hold = 0;
+	s->ps->cuda_init_hold = 0;
 	debugx("CUDA: allocator %s at %#lx, device_allocator at +%#lx, %d device(s)", c->type_name,
 	       (unsigned long)c->allocator, (unsigned long)c->vector_off, c->ndev);
 	if (!cudamem_available(c))
 		return; /* torch.cuda.is_available() is False: the reference writes null */
-	struct evmbpf_bpf__bss *bss = s->skel->bss;
+	struct proc_state *bss = s->ps;
 	for (int i = 0; i < c->ndev; i++)
 		bss->cuda_stats[i] = c->stats[i];
 	bss->cuda_alloc_off = CUDA_ALLOCATED_OFF;
@@ -600,7 +600,7 @@ void cudamem_session_step(struct session *s)
 static void read_now(struct session *s, uint32_t tid)
 {
 	struct cudamem *c = &s->cuda;
-	if (c->state != CM_READY || !s->skel->bss->cuda_ndev)
+	if (c->state != CM_READY || !s->ps->cuda_ndev)
 		return; /* not found, or torch.cuda.is_available() is False there */
 	int32_t dev = 0;
 	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_device), &tid, &dev)) {
@@ -652,8 +652,8 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 			       s->cuda.state == CM_NO_LIBRARY ? "no libc10_cuda.so yet" : "libc10_cuda.so mapped");
 		}
 		continue_held(s->target.pid);
-		watchdog_hold(s->target.pid, s->cuda.ld_link || s->skel->bss->cuda_init_hold ||
-						     s->skel->bss->hold_codes || s->skel->bss->samples_hold);
+		watchdog_hold(s->target.pid, s->cuda.ld_link || s->ps->cuda_init_hold ||
+						     s->ps->hold_codes || s->ps->samples_hold);
 		return;
 	}
 	if (!(r->flags & MEM_F_INIT))
@@ -661,11 +661,11 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 	/* CUDA's lazy init ran before this module call: the target is stopped (SIGSTOP) */
 	cudamem_session_step(s);
 	if (++s->cuda.init_holds >= CUDAMEM_INIT_HOLDS)
-		s->skel->bss->cuda_init_hold = 0; /* called again and again without an init: stop no more */
+		s->ps->cuda_init_hold = 0; /* called again and again without an init: stop no more */
 	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,
 	       s->cuda.state == CM_READY ? "devices found" : "devices not found yet");
 	read_now(s, r->hdr.tid);
 	continue_held(s->target.pid);
-	watchdog_hold(s->target.pid, s->skel->bss->cuda_init_hold || s->skel->bss->hold_codes ||
-					     s->skel->bss->samples_hold);
+	watchdog_hold(s->target.pid, s->ps->cuda_init_hold || s->ps->hold_codes ||
+					     s->ps->samples_hold);
 }

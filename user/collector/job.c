@@ -149,7 +149,7 @@ static void proc_abandon(struct proc *p)
 			unlink(p->out);
 	}
 	ring_buffer__free(p->s.rb);
-	evmbpf_bpf__destroy(p->s.skel);
+	session_unload(&p->s);
 	if (p->s.target.root_fd > 0)
 		close(p->s.target.root_fd);
 	free(p);

@@ -175,7 +175,8 @@ int run_launch(const struct tracer_opts *opts)
 			trace_close(&s.trace);
 			unlink(s.trace.out_path);
 		}
-		evmbpf_bpf__destroy(s.skel);
+		ring_buffer__free(s.rb);
+		session_unload(&s);
 		goto out;
 	}
 	cupti_attach_trace(&s.trace);

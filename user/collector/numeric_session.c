@@ -17,7 +17,7 @@ int session_numeric_start(struct session *s)
 		return 0;
 	if (hold_start(s->target.pid))
 		return -1;
-	s->skel->bss->numeric_hold = 1;
+	s->ps->numeric_hold = 1;
 	return 0;
 }
 

@@ -109,35 +109,13 @@ static void verified_report(struct bpf_object *obj)
 	debugx("instructions verified: %lu in all:%s", total, line);
 }
 
-int session_load(struct session *s)
+/* What every process of the object shares (include/procslot.h): the Python build's
+ * layouts, the tensor layouts, the options; then the verifier (object_open, objects.c). */
+int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 {
 	struct target *t = &s->target;
-	struct evmbpf_bpf *skel = evmbpf_bpf__open();
-	if (!skel) {
-		warnx_("cannot open the BPF programs: %s", strerror(errno));
-		return -1;
-	}
-	s->skel = skel;
 	skel->rodata->pyo = *t->off;
-	skel->rodata->cfg.none_obj = t->none_obj;
-	skel->rodata->cfg.bool_type = t->bool_type;
-	skel->rodata->cfg.float_type = t->float_type;
-	skel->rodata->cfg.object_type = t->object_type;
-	skel->rodata->cfg.tgid = t->pid;
-	skel->rodata->cfg.gen_type = t->gen_type;
-	skel->rodata->cfg.gen_frame_state = t->gen_frame_state;
-	skel->rodata->cfg.gen_iframe = t->gen_iframe;
-	skel->rodata->cfg.gen_state_created = t->gen_state_created;
-	if (s->opts->trace.nrules) {
-		if (!t->runtime) {
-			warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
-			       "symbol to find them from; use the host's phase() markers", t->py_path);
-			return -1;
-		}
-		skel->rodata->cfg.rules = 1;
-	}
-	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
-	skel->rodata->cfg.runtime = t->runtime;
+	skel->rodata->phase_rules = s->opts->trace.nrules > 0;
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
 	if (getenv("EVMBPF_TEST_WRONG_LAYOUTS")) {
 		/* Test only (tests/test_matrix.py): every offset of every known layout 8 bytes
@@ -157,7 +135,8 @@ int session_load(struct session *s)
 	numeric_probe_setup(skel, s->opts->trace.numeric);
 	skel->rodata->tensor_bytes_hold_exits = s->opts->trace.stop_on_nonfinite;
 	skel->rodata->numeric_cuda = s->opts->trace.numeric && cupti_prepared();
-	bpf_map__set_max_entries(skel->maps.events, (uint32_t)s->opts->ringbuf_mb << 20);
+	/* each process's ring is made with its slot (objects.c, --ringbuf-mb); the kernel
+	 * compares no ring's size with the template's */
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * session_collect() reads it every 100 ms whatever happens */
 	skel->rodata->wakeup_bytes = (uint64_t)s->opts->ringbuf_mb << 18;
@@ -177,13 +156,43 @@ int session_load(struct session *s)
 	}
 	if (verbose)
 		verified_report(skel->obj);
-	s->trace.type_map_fd = bpf_map__fd(skel->maps.type_kinds);
-	skel->bss->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
-	skel->bss->hold_codes = skel->bss->hold_next && s->opts->trace.nrules;
-	skel->bss->bound_hold = skel->bss->hold_next;
-	skel->bss->bound_off = bound_jit(t);
-	if (skel->bss->hold_next && !watchdog_start(t->pid))
+	return 0;
+}
+
+int session_load(struct session *s)
+{
+	struct target *t = &s->target;
+	s->ring_fd = -1;
+	if (s->opts->trace.nrules && !t->runtime) {
+		warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
+		       "symbol to find them from; use the host's phase() markers", t->py_path);
+		return -1;
+	}
+	if (session_slot_open(s))
+		return -1;
+	struct evmbpf_bpf *skel = s->skel;
+	struct proc_state *ps = s->ps;
+	ps->cfg.none_obj = t->none_obj;
+	ps->cfg.bool_type = t->bool_type;
+	ps->cfg.float_type = t->float_type;
+	ps->cfg.object_type = t->object_type;
+	ps->cfg.tgid = t->pid;
+	ps->cfg.gen_type = t->gen_type;
+	ps->cfg.gen_frame_state = t->gen_frame_state;
+	ps->cfg.gen_iframe = t->gen_iframe;
+	ps->cfg.gen_state_created = t->gen_state_created;
+	ps->cfg.rules = s->opts->trace.nrules > 0;
+	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
+	ps->cfg.runtime = t->runtime;
+	ps->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
+	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
+	ps->bound_hold = ps->hold_next;
+	ps->bound_off = bound_jit(t);
+	if (ps->hold_next && !watchdog_start(t->pid))
 		watchdog_hold(t->pid, 1);
+	/* live before the first probe: a call seen entering is a call of this process */
+	if (session_slot_live(s))
+		return -1;
 	struct bpf_link *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");
@@ -214,20 +223,8 @@ int session_load(struct session *s)
 	} else {
 		debugx("phase markers are not followed on Python %d.%d", t->major, t->minor);
 	}
-	l = bpf_program__attach(skel->progs.task_exit);
-	if (!l) {
-		warnx_("cannot attach to sched_process_exit: %s", strerror(errno));
-		return -1;
-	}
-	s->links[s->nlinks++] = l;
-	l = bpf_program__attach(s->skel->progs.task_exec);
-	if (!l) {
-		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
-		return -1;
-	}
-	s->links[s->nlinks++] = l;
 	samples_attach(s);
-	s->rb = ring_buffer__new(bpf_map__fd(skel->maps.events), session_record, s, NULL);
+	s->rb = ring_buffer__new(s->ring_fd, session_record, s, NULL);
 	if (!s->rb) {
 		warnx_("cannot open the ring buffer: %s", strerror(errno));
 		return -1;
@@ -243,7 +240,7 @@ void session_detach(struct session *s)
 		bpf_link__destroy(s->links[i]);
 	s->nlinks = 0;
 	cudamem_session_detach(s);
-	bound_detach(); /* after the entry probe that finds bound calls */
+	bound_detach(s->target.pid); /* after the entry probe that finds bound calls */
 	samples_detach(s);
 }
 

@@ -125,7 +125,7 @@ static void arm(struct session *s, uint64_t globals)
 	if (!armed)
 		return;
 	w->code = code;
-	s->skel->bss->samples_code = code;
+	s->ps->samples_code = code;
 	debugx("note_samples watched at %#lx on %d threads", (unsigned long)addr, armed);
 }
 
@@ -136,8 +136,8 @@ void samples_attach(struct session *s)
 		return;
 	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
 	memset(w, 0, sizeof(*w));
-	s->skel->bss->samples_hold = hold_is_safe(t->pid, s->opts->command != NULL);
-	if (s->skel->bss->samples_hold)
+	s->ps->samples_hold = hold_is_safe(t->pid, s->opts->command != NULL);
+	if (s->ps->samples_hold)
 		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
 	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,
 				   t->eval_code_off, "PyEval_EvalCode");

@@ -60,7 +60,7 @@ int session_record(void *ctx, void *data, size_t size)
 		bound_site(s, data);
 		return 0;
 	}
-	if (bound_skip(data, size))
+	if (bound_skip(s, data, size))
 		return 0;
 	uint32_t flags = (h->kind == REC_ENTER || h->kind == REC_EXIT) && size >= sizeof(struct rec_call)
 				 ? ((const struct rec_call *)data)->flags
@@ -85,10 +85,10 @@ int session_record(void *ctx, void *data, size_t size)
 	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
 	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
 	if (!(s->trace.records & 1023))
-		status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
+		status_tick(&s->status, &s->trace, s->ps ? s->ps->dropped_records : 0);
 	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
 		/* continued by hold_continue() */
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
+		watchdog_hold(s->target.pid, s->ps->hold_codes || s->ps->samples_hold);
 	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK || h->kind == REC_SAMPLES ||
 		    h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD)) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
@@ -96,7 +96,7 @@ int session_record(void *ctx, void *data, size_t size)
 			usleep((useconds_t)atoi(delay) * 1000);
 		continue_held(s->target.pid); /* the model, or the code objects, are read */
 		/* rules, or note_samples, may hold it again */
-		watchdog_hold(s->target.pid, s->skel->bss->hold_codes || s->skel->bss->samples_hold);
+		watchdog_hold(s->target.pid, s->ps->hold_codes || s->ps->samples_hold);
 	}
 	return 0;
 }
@@ -164,7 +164,7 @@ int session_prepare(struct session *s, pid_t pid)
  * target is still there. 0 go on, 1 stop (the ring buffer or the file failed). */
 int session_step(struct session *s, pid_t child, int timeout_ms)
 {
-	status_tick(&s->status, &s->trace, s->skel ? s->skel->bss->dropped_records : 0);
+	status_tick(&s->status, &s->trace, s->ps ? s->ps->dropped_records : 0);
 	cudamem_session_step(s);
 	int n = s->rb ? ring_buffer__poll(s->rb, timeout_ms)
 		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
@@ -179,9 +179,9 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		if (!s->trace.nonfinite)
 			hold_continue(s->target.pid);
 	}
-	if (s->skel && s->skel->bss->dropped_records > s->dropped_reported) {
+	if (s->ps && s->ps->dropped_records > s->dropped_reported) {
 		/* where they were lost: after the records read so far */
-		uint64_t d = s->skel->bss->dropped_records;
+		uint64_t d = s->ps->dropped_records;
 		trace_set_dropped(&s->trace, d - s->dropped_reported);
 		s->dropped_reported = d;
 	}
@@ -211,8 +211,8 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		if (!s->ended) {
 			/* its exit record was dropped (a full ring buffer), or never came */
 			s->ended = 1;
-			s->exit_code = s->skel && s->skel->bss->group_exited
-					       ? s->skel->bss->group_exit_code : 0;
+			s->exit_code = s->ps && s->ps->group_exited
+					       ? s->ps->group_exit_code : 0;
 			debugx("no exit record came from %d; its exit status %#x is the BPF "
 			       "side's", s->target.pid, s->exit_code);
 		}
@@ -251,7 +251,7 @@ static void write_stats(struct session *s)
 		warnx_("cannot write %s: %s", s->opts->stats, strerror(errno));
 		return;
 	}
-	const struct evmbpf_bpf__bss *b = s->skel ? s->skel->bss : NULL;
+	const struct proc_state *b = s->ps;
 	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
 		"\"holds\": %llu, \"tensor_bytes\": %llu, "
@@ -281,7 +281,7 @@ int session_finish(struct session *s)
 	if (s->rb)
 		ring_buffer__consume(s->rb);
 	hold_release(s->target.pid, 0); /* --numeric: every thread runs on, untraced */
-	uint64_t dropped = s->skel && s->skel->bss ? s->skel->bss->dropped_records : 0;
+	uint64_t dropped = s->ps ? s->ps->dropped_records : 0;
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
@@ -289,15 +289,16 @@ int session_finish(struct session *s)
 	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 	int rc = trace_close(&s->trace);
 	status_end(&s->status, &s->trace, dropped);
-	if (verbose && s->skel)
+	if (verbose && s->ps)
 		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
 		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
-		       (unsigned long long)s->skel->bss->truncated_records,
-		       (unsigned long long)s->skel->bss->read_faults);
+		       (unsigned long long)s->ps->truncated_records,
+		       (unsigned long long)s->ps->read_faults);
 	if (s->opts->stats)
 		write_stats(s);
 	ring_buffer__free(s->rb);
-	evmbpf_bpf__destroy(s->skel);
+	s->rb = NULL;
+	session_unload(s);
 	if (s->target.root_fd > 0)
 		close(s->target.root_fd);
 	return rc;

@@ -10,6 +10,7 @@
 #include <bpf/libbpf.h>
 
 #include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
+#include "procslot.h"
 #include "evmbpf.skel.h"
 #include "floor.skel.h"
 #include "status.h"
@@ -20,7 +21,11 @@ struct session {
 	const char *out;  /* this process's trace file (--out's pattern expanded), or NULL: opts->out */
 	struct target target;
 	struct trace trace;
-	struct evmbpf_bpf *skel;
+	struct evmbpf_bpf *skel;   /* the object it shares (objects.c), or NULL */
+	struct evm_object *obj;
+	struct proc_state *ps;     /* its slot's state in the object (mapped) */
+	uint32_t slot;
+	int ring_fd;               /* its own ring buffer */
 	struct floor_bpf *floor;   /* --probe-floor instead of skel */
 	uint64_t dropped_reported; /* drops already written to the trace */
 	struct ring_buffer *rb;
@@ -61,6 +66,12 @@ void cudamem_session_held(struct session *s, uint32_t tid);
 void cudamem_session_record(struct session *s, const struct rec_mem *r);
 /* the probes on libc10_cuda.so go (at the detach) */
 void cudamem_session_detach(struct session *s);
+
+/* objects.c: the process's slot in an object of its Python (one loaded when none fits);
+ * live: the programs see it; unload: the slot freed, the object with its last process */
+int session_slot_open(struct session *s);
+int session_slot_live(struct session *s);
+void session_unload(struct session *s);
 
 /* probes.c */
 int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);

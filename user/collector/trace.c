@@ -8,6 +8,7 @@
 
 #include <bpf/bpf.h>
 
+#include "bound.h"
 #include "describe.h"
 #include "gpu_calls.h"
 #include "jsonw.h"
@@ -19,21 +20,24 @@ const char *trace_type_name(void *arg, uint64_t type)
 {
 	struct trace *t = arg;
 	/* small direct-mapped cache; names of live types do not change */
-	static struct { uint64_t type; char name[128]; } cache[1024];
+	static struct { uint64_t type; const struct trace *t; char name[128]; } cache[1024];
 	size_t i = (type >> 4) & 1023;
-	if (cache[i].type == type && type)
+	if (cache[i].type == type && cache[i].t == t && type)
 		return cache[i].name;
 	char name[128] = "?";
 	struct type_info info;
-	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &type, &info)) {
+	uint64_t key = type | t->type_tag;
+	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &key, &info)) {
 		info.name[sizeof(info.name) - 1] = 0;
 		const char *dot = info.heap ? NULL : strrchr(info.name, '.');
 		cache[i].type = type;
+		cache[i].t = t;
 		snprintf(cache[i].name, sizeof(cache[i].name), "%s", dot ? dot + 1 : info.name);
 		return cache[i].name;
 	}
 	if (type && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0) {
 		cache[i].type = type;
+		cache[i].t = t;
 		snprintf(cache[i].name, sizeof(cache[i].name), "%s", name);
 		return cache[i].name;
 	}
@@ -70,6 +74,7 @@ static int set_root(struct trace *t, uint64_t self)
 		       "only the root is named");
 	}
 	t->root = self;
+	bound_forwards(&t->target->reader, &t->mods);
 	if (t->pattern)
 		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
@@ -119,7 +124,19 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 {
 	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
-	if ((r->flags & REC_F_BOUND) && t->bound.hdr.tid == r->hdr.tid && t->bound.self) {
+	if (r->flags & REC_F_BOUND_SELF) { /* a bound call's own entry, its args its nodes */
+		struct rec_call own = *r;
+		own.flags &= ~(REC_F_BOUND | REC_F_BOUND_SELF);
+		enter_module(t, &own, &c);
+		return;
+	}
+	if ((r->flags & REC_F_BOUND) && !(t->bound.hdr.tid == r->hdr.tid && t->bound.self)) {
+		/* a bound call not traced (its site could not be watched): its nodes skipped */
+		struct buf args = {0}, kwargs = {0};
+		describe_call(t, &c, &args, &kwargs);
+		buf_free(&args);
+		buf_free(&kwargs);
+	} else if (r->flags & REC_F_BOUND) {
 		struct rec_call outer = *r;
 		outer.hdr.ts_ns = t->bound.hdr.ts_ns;
 		outer.self = t->bound.self;

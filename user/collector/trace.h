@@ -62,6 +62,7 @@ struct trace {
 	struct target *target;
 	struct describe_ctx *dctx;
 	int type_map_fd;                 /* the BPF side's type names, or -1 */
+	uint64_t type_tag;               /* this process's tag on its keys (procslot.h) */
 
 	int header_written;
 	char model_type[64];             /* model.config.model_type, "" when none */

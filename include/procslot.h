@@ -1,0 +1,64 @@
+/* One loaded BPF object serves every traced process of the same Python and torch
+ * layout: what differs between them (the target's addresses, which ASLR moves; what its
+ * probes learnt; its counters) is a struct proc_state of its own, in the object's
+ * `procs` array (a global of its .bss) at the process's slot, which the `proc_slot` hash
+ * gives by tgid. Shared by bpf/ and user/ (user space reads and writes its slot through
+ * the skeleton's mapped .bss, as it did the object's globals). */
+#ifndef EVMBPF_PROCSLOT_H
+#define EVMBPF_PROCSLOT_H
+
+#include "evmbpf.h"
+
+/* processes one object serves at once, less one: slot 0 is no process's. A slot's
+ * number tags (bits 56-63) the keys of the maps keyed by the target's addresses, which
+ * differ in meaning per process */
+#define PROC_SLOTS 128
+#define PROC_TAG_SHIFT 56
+#define BOUND_DEPTHS 4
+
+struct proc_state {
+	__u32 tgid;          /* 0: free */
+	__u32 slot;
+	__u64 tag;           /* slot << PROC_TAG_SHIFT */
+	struct target_config cfg;
+	/* counters read by user space */
+	__u64 dropped_records;
+	__u64 dropped_bytes;
+	__u64 truncated_records;
+	__u64 read_faults;
+	__u64 holds;
+	__u64 hold_refused;
+	__u64 tensor_bytes_sent;
+	__u64 samples_spurious;
+	/* the target's exit status (wait(2) encoding), once its last thread has exited */
+	__s32 group_exit_code;
+	__u32 group_exited;
+	/* holds (see state.bpf.h, hold.bpf.h, bound.bpf.h, samples.bpf.h) */
+	__u32 hold_next;
+	__u32 hold_codes;
+	__u32 numeric_hold;
+	__u32 bound_hold;
+	__u32 bound_off;
+	__u32 samples_hold;
+	__u64 samples_code;
+	/* what the probes learnt of this process */
+	__u32 layout_hint;
+	__u32 pending_used;
+	__u32 markers_live;
+	__u32 orphans_pending;
+	__u64 bound_gil;
+	__u32 bound_depth[BOUND_DEPTHS];
+	/* CUDA (cudamem.bpf.h) */
+	__u64 cuda_stats[CUDA_MAX_DEVICES];
+	__u32 cuda_ndev;
+	__u32 cuda_alloc_off;
+	__u32 cuda_reserved_off;
+	__u32 cuda_unknown_on;
+	__u32 cuda_init_armed;
+	__u32 cuda_init_hold;
+	__u64 cuda_ld_debug;
+	__u32 cuda_ld_seen;
+	__u32 pad;
+};
+
+#endif

@@ -1,0 +1,206 @@
+/* One loaded evmbpf object for every traced process of the same Python build (its
+ * py_offsets and its phase-marker probe: what the programs' read-only data holds) in
+ * this session; each process is a slot of it (include/procslot.h): its state in the
+ * object's `procs` array (in its mapped .bss), its own ring buffer in `rings`, its tgid
+ * in `proc_slot`. The verifier checks an object once; a process that matches one gets links
+ * (its own uprobes, with its pid, on the same programs) and a slot, nothing verified.
+ * Freed when the process's session ends: what the programs kept for it under its tag (the
+ * maps keyed by the target's addresses) goes with it, so a later process on the same
+ * slot starts from nothing. */
+#include "session.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+
+#include "util.h"
+
+struct evm_object {
+	struct evmbpf_bpf *skel;
+	struct py_offsets pyo;
+	int marker_kind;           /* lookup_special_kind, or -1: no marker probe */
+	int refs;
+	unsigned id;
+	struct bpf_link *links[2]; /* sched_process_exit and _exec: one each for all */
+	uint8_t used[PROC_SLOTS];
+	struct evm_object *next;
+};
+
+static struct evm_object *objects;
+static unsigned objects_loaded;
+
+
+static int marker_kind_of(const struct target *t)
+{
+	return t->gen_type ? (int)t->lookup_special_kind : -1;
+}
+
+static struct evm_object *object_find(const struct target *t)
+{
+	for (struct evm_object *o = objects; o; o = o->next) {
+		if (memcmp(&o->pyo, t->off, sizeof(o->pyo)) || o->marker_kind != marker_kind_of(t))
+			continue;
+		for (int i = 1; i < PROC_SLOTS; i++)
+			if (!o->used[i])
+				return o;
+	}
+	return NULL;
+}
+
+/* What is the same for every process of the object, and the load (the verifier). */
+int object_load_new(struct session *s, struct evmbpf_bpf *skel);
+
+static void object_free(struct evm_object *o)
+{
+	for (int i = 0; i < 2; i++)
+		bpf_link__destroy(o->links[i]);
+	evmbpf_bpf__destroy(o->skel);
+	for (struct evm_object **p = &objects; *p; p = &(*p)->next)
+		if (*p == o) {
+			*p = o->next;
+			break;
+		}
+	free(o);
+}
+
+static struct evm_object *object_open(struct session *s)
+{
+	struct evmbpf_bpf *skel = evmbpf_bpf__open();
+	if (!skel) {
+		warnx_("cannot open the BPF programs: %s", strerror(errno));
+		return NULL;
+	}
+	struct evm_object *o = xcalloc(1, sizeof(*o));
+	o->skel = skel;
+	o->pyo = *s->target.off;
+	o->marker_kind = marker_kind_of(&s->target);
+	o->next = objects;
+	objects = o;
+	if (object_load_new(s, skel)) {
+		object_free(o);
+		return NULL;
+	}
+	struct bpf_program *progs[2] = { skel->progs.task_exit, skel->progs.task_exec };
+	for (int i = 0; i < 2; i++) {
+		o->links[i] = bpf_program__attach(progs[i]);
+		if (!o->links[i]) {
+			warnx_("cannot attach to %s: %s",
+			       i ? "sched_process_exec" : "sched_process_exit", strerror(errno));
+			object_free(o);
+			return NULL;
+		}
+	}
+	o->id = ++objects_loaded;
+	return o;
+}
+
+/* The maps keyed by the target's addresses: every key under this tag goes. */
+static void purge_tag(int fd, uint64_t tag)
+{
+	uint64_t key, next, gone[512];
+	for (;;) {
+		int n = 0;
+		void *prev = NULL;
+		while (n < 512 && !bpf_map_get_next_key(fd, prev, &next)) {
+			key = next;
+			prev = &key;
+			if ((key & ~((1ULL << PROC_TAG_SHIFT) - 1)) == tag)
+				gone[n++] = key;
+		}
+		for (int i = 0; i < n; i++)
+			bpf_map_delete_elem(fd, &gone[i]);
+		if (n < 512)
+			return;
+	}
+}
+
+int session_slot_open(struct session *s)
+{
+	struct evm_object *o = object_find(&s->target);
+	int shared = o != NULL;
+	if (!o && !(o = object_open(s)))
+		return -1;
+	int slot = 1;
+	while (slot < PROC_SLOTS && o->used[slot])
+		slot++;
+	if (shared)
+		debugx("%d shares BPF object %u, slot %d (%d processes): nothing verified",
+		       s->target.pid, o->id, slot, o->refs + 1);
+	else
+		debugx("%d: BPF object %u loaded, slot %d", s->target.pid, o->id, slot);
+	o->used[slot] = 1;
+	o->refs++;
+	s->obj = o;
+	s->skel = o->skel;
+	s->slot = (uint32_t)slot;
+	s->ps = &o->skel->bss->procs[slot];
+	memset(s->ps, 0, sizeof(*s->ps));
+	s->ps->slot = (uint32_t)slot;
+	s->ps->tag = (uint64_t)slot << PROC_TAG_SHIFT;
+	s->trace.type_map_fd = bpf_map__fd(o->skel->maps.type_kinds);
+	s->trace.type_tag = s->ps->tag;
+	/* its own ring buffer */
+	LIBBPF_OPTS(bpf_map_create_opts, mo);
+	s->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "evmbpf_events", 0, 0,
+				    (uint32_t)s->opts->ringbuf_mb << 20, &mo);
+	uint32_t key = (uint32_t)slot;
+	if (s->ring_fd < 0 ||
+	    bpf_map_update_elem(bpf_map__fd(o->skel->maps.rings), &key, &s->ring_fd, BPF_ANY)) {
+		warnx_("cannot make the ring buffer of %d: %s", s->target.pid, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* The slot is filled: the programs see the process from now on. */
+int session_slot_live(struct session *s)
+{
+	uint32_t tgid = (uint32_t)s->target.pid;
+	__atomic_store_n(&s->ps->tgid, tgid, __ATOMIC_RELEASE);
+	if (bpf_map_update_elem(bpf_map__fd(s->skel->maps.proc_slot), &tgid, &s->slot, BPF_ANY)) {
+		warnx_("cannot give %d its slot in the BPF programs: %s", s->target.pid,
+		       strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+void session_unload(struct session *s)
+{
+	struct evm_object *o = s->obj;
+	if (!o)
+		return;
+	struct evmbpf_bpf *skel = o->skel;
+	uint32_t tgid = (uint32_t)s->target.pid, key = s->slot;
+	uint64_t tag = s->ps->tag;
+	/* the programs no longer find it, then its ring and what they kept for it go */
+	bpf_map_delete_elem(bpf_map__fd(skel->maps.proc_slot), &tgid);
+	bpf_map_delete_elem(bpf_map__fd(skel->maps.rings), &key);
+	if (s->ring_fd >= 0)
+		close(s->ring_fd);
+	s->ring_fd = -1;
+	if (o->refs > 1) {
+		purge_tag(bpf_map__fd(skel->maps.type_kinds), tag);
+		purge_tag(bpf_map__fd(skel->maps.call_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.marker_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.known_codes), tag);
+		purge_tag(bpf_map__fd(skel->maps.orphans), tag);
+		/* the per-CPU copy of type verdicts: emptied on every CPU */
+		int cpus = libbpf_num_possible_cpus();
+		size_t vs = bpf_map__value_size(skel->maps.type_cache);
+		void *zero = cpus > 0 ? calloc((size_t)cpus, (vs + 7) & ~(size_t)7) : NULL;
+		uint32_t k0 = 0;
+		if (zero)
+			bpf_map_update_elem(bpf_map__fd(skel->maps.type_cache), &k0, zero, BPF_ANY);
+		free(zero);
+	}
+	memset(s->ps, 0, sizeof(*s->ps));
+	o->used[s->slot] = 0;
+	s->ps = NULL;
+	s->obj = NULL;
+	s->skel = NULL;
+	if (--o->refs == 0)
+		object_free(o);
+}

@@ -11,8 +11,9 @@ the llama workloads, as scripts/bench.py runs it), build-count/evmbpf attaches b
 workload runs, and while it waits again the programs' read_counts map is read (bpftool)
 and its types named from the target's memory: per module type and record kind (enter,
 exit), the records, and the reads per record (mean, min, max), then the reads per module
-call over all. A record's reads are those made on its CPU since the record before it (its
-program's, and any program's in between that made no record). Numbers, not timings."""
+call over all. A record's reads are those made since the record before it (its
+program's, and any program's in between that made no record: exact while one thread
+at a time makes module calls, as in these workloads). Numbers, not timings."""
 import argparse
 import json
 import os

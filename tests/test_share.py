@@ -93,3 +93,28 @@ def test_slot_reused_starts_clean(tmp_path):
         assert got[0]["tracer"]["pid"] == int(pid)
         assert not [e for e in got if e["event"] in ("dropped", "error")]
         compare_traces(ref, got, kwargs=torch_major() >= 2)
+
+
+def test_no_state_outside_the_slots():
+    """Every process of an object has its state in its slot of `procs`: a writable global
+    anywhere else (.bss, .data) would compile, and be shared by every process the object
+    serves. The object's BTF names what those sections hold."""
+    obj = os.path.join(os.path.dirname(EVMBPF), "evmbpf.bpf.o")
+    if not os.path.exists(obj):
+        pytest.skip(f"no {obj} beside {EVMBPF}")
+    r = subprocess.run(["bpftool", "btf", "dump", "file", obj], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    writable, section = set(), None
+    for line in r.stdout.splitlines():
+        m = re.match(r"\[\d+\] DATASEC '([^']+)'", line)
+        if m:
+            section = m.group(1)
+            continue
+        if not line.startswith("\t"):
+            section = None
+        m = re.search(r"\(VAR '(\w+)'\)", line)
+        if m and section in (".bss", ".data"):
+            writable.add(m.group(1))
+    # the slots, and each CPU's last slot and its tgid (a cache of the tgid -> slot lookup)
+    assert writable == {"procs", "cur_slot", "cur_tgid"}, writable

@@ -37,15 +37,21 @@ static int marker_kind_of(const struct target *t)
 	return t->gen_type ? (int)t->lookup_special_kind : -1;
 }
 
+/* The object's first free slot, or 0 (slot 0 is no process's): it is full. */
+static int free_slot(const struct evm_object *o)
+{
+	for (int i = 1; i < PROC_SLOTS; i++)
+		if (!o->used[i])
+			return i;
+	return 0;
+}
+
 static struct evm_object *object_find(const struct target *t)
 {
-	for (struct evm_object *o = objects; o; o = o->next) {
-		if (memcmp(&o->pyo, t->off, sizeof(o->pyo)) || o->marker_kind != marker_kind_of(t))
-			continue;
-		for (int i = 1; i < PROC_SLOTS; i++)
-			if (!o->used[i])
-				return o;
-	}
+	for (struct evm_object *o = objects; o; o = o->next)
+		if (!memcmp(&o->pyo, t->off, sizeof(o->pyo)) &&
+		    o->marker_kind == marker_kind_of(t) && free_slot(o))
+			return o;
 	return NULL;
 }
 
@@ -122,9 +128,7 @@ int session_slot_open(struct session *s)
 	int shared = o != NULL;
 	if (!o && !(o = object_open(s)))
 		return -1;
-	int slot = 1;
-	while (slot < PROC_SLOTS && o->used[slot])
-		slot++;
+	int slot = free_slot(o); /* a new object's first, or the one object_find saw */
 	if (shared)
 		debugx("%d shares BPF object %u, slot %d (%d processes): nothing verified",
 		       s->target.pid, o->id, slot, o->refs + 1);

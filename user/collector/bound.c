@@ -267,28 +267,6 @@ void bound_forwards(const struct pyreader *r, const struct modtree *m)
 	}
 }
 
-/* PYTHON_JIT in the target's environment: its value, or NULL when unset. */
-static const char *env_jit(pid_t pid, char *buf, size_t cap)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	static char env[1 << 20];
-	ssize_t n = read(fd, env, sizeof(env) - 1);
-	close(fd);
-	if (n <= 0)
-		return NULL;
-	env[n] = 0;
-	for (char *e = env; e < env + n; e += strlen(e) + 1)
-		if (!strncmp(e, "PYTHON_JIT=", 11)) {
-			snprintf(buf, cap, "%s", e + 11);
-			return buf;
-		}
-	return NULL;
-}
-
 /* --enable-experimental-jit's value in the build's _sysconfigdata (beside the
  * interpreter: PREFIX/lib/pythonX.Y, or Debian's /usr/lib/pythonX.Y), "" when the build
  * has none, NULL when no _sysconfigdata was found. */
@@ -344,7 +322,7 @@ int bound_jit(const struct target *t)
 		mode = "yes";
 	if (!mode || !*mode || !strcmp(mode, "no"))
 		return 0;
-	const char *e = env_jit(t->pid, env, sizeof(env));
+	const char *e = proc_getenv(t->pid, "PYTHON_JIT", env, sizeof(env)) ? env : NULL;
 	/* on by default but in yes-off and interpreter-off builds; PYTHON_JIT=0 turns it off */
 	int on = e ? strcmp(e, "0") != 0 : !strstr(mode, "off");
 	if (!on)

@@ -272,39 +272,19 @@ static int visible_devices(pid_t pid)
 	closedir(d);
 	if (!n)
 		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return n;
 	char var[4096];
-	size_t len = fread(var, 1, sizeof(var) - 1, f);
-	char *all = NULL;
-	size_t cap = 0;
-	/* the whole environment (it can be long) */
-	do {
-		all = xrealloc(all, cap + len + 1);
-		memcpy(all + cap, var, len);
-		cap += len;
-	} while ((len = fread(var, 1, sizeof(var) - 1, f)) > 0);
-	fclose(f);
-	all = xrealloc(all, cap + 1);
-	all[cap] = 0;
-	for (size_t i = 0; i < cap; i += strlen(all + i) + 1) {
-		if (strncmp(all + i, "CUDA_VISIBLE_DEVICES=", 21))
-			continue;
-		const char *v = all + i + 21;
-		/* CUDA stops at the first entry that is not a device: "", "-1", "none" */
-		int k = 0;
-		while (*v && (isdigit((unsigned char)*v) || !strncmp(v, "GPU-", 4) || !strncmp(v, "MIG-", 4))) {
-			k++;
-			v += strcspn(v, ",");
-			if (*v == ',')
-				v++;
-		}
-		n = k < n ? k : n;
+	if (!proc_getenv(pid, "CUDA_VISIBLE_DEVICES", var, sizeof(var)))
+		return n;
+	/* CUDA stops at the first entry that is not a device: "", "-1", "none" */
+	const char *v = var;
+	int k = 0;
+	while (*v && (isdigit((unsigned char)*v) || !strncmp(v, "GPU-", 4) || !strncmp(v, "MIG-", 4))) {
+		k++;
+		v += strcspn(v, ",");
+		if (*v == ',')
+			v++;
 	}
-	free(all);
-	return n;
+	return k < n ? k : n;
 }
 
 int cudamem_available(struct cudamem *c)

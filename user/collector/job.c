@@ -67,25 +67,14 @@ static void proc_identity(pid_t pid, int *ppid, char rank[16])
 			sscanf(p + 2, "%*c %d", ppid);
 		fclose(f);
 	}
-	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	static char env[1 << 20];
-	ssize_t n = read(fd, env, sizeof(env) - 1);
-	close(fd);
-	if (n <= 0)
-		return;
-	env[n] = 0;
-	char local[16] = "";
-	for (char *e = env; e < env + n; e += strlen(e) + 1) {
-		const char *v = !strncmp(e, "RANK=", 5) ? e + 5 : !strncmp(e, "LOCAL_RANK=", 11) ? e + 11 : NULL;
-		if (!v || !*v || strlen(v) > 9 || strspn(v, "0123456789") != strlen(v))
-			continue;
-		snprintf(e[0] == 'R' ? rank : local, 16, "%s", v);
+	/* RANK, else LOCAL_RANK: a number, or none */
+	const char *names[2] = { "RANK", "LOCAL_RANK" };
+	for (int i = 0; i < 2 && !rank[0]; i++) {
+		char v[32];
+		if (proc_getenv(pid, names[i], v, sizeof(v)) && *v && strlen(v) <= 9 &&
+		    strspn(v, "0123456789") == strlen(v))
+			snprintf(rank, 16, "%s", v);
 	}
-	if (!rank[0])
-		memcpy(rank, local, 16);
 }
 
 void target_identity(struct target *t)

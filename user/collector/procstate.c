@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -99,4 +100,31 @@ int wait_stopped(pid_t pid, int timeout_ms)
 		usleep(2000);
 	}
 	return -1;
+}
+
+int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *all = NULL;
+	size_t len = 0, n;
+	char chunk[4096];
+	while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) { /* the whole of it: it can be long */
+		all = xrealloc(all, len + n + 1);
+		memcpy(all + len, chunk, n);
+		len += n;
+	}
+	fclose(f);
+	size_t nl = strlen(name);
+	int found = 0;
+	for (size_t i = 0; i < len && !found; i += strlen(all + i) + 1)
+		if (!strncmp(all + i, name, nl) && all[i + nl] == '=') {
+			snprintf(buf, cap, "%s", all + i + nl + 1);
+			found = 1;
+		}
+	free(all);
+	return found;
 }

@@ -20,5 +20,8 @@ int wait_stopped(pid_t pid, int timeout_ms);
  * is submitted; from a trap with interrupts off the kernel queues the signal a moment
  * later), and a SIGCONT sent first would leave the stop in place for good. */
 void continue_held(pid_t pid);
+/* The value of NAME in the process's environment (/proc/PID/environ, read whole): 1 with
+ * it copied into buf (cut at cap), 0 when it is unset or the file cannot be read. */
+int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap);
 
 #endif

@@ -48,10 +48,12 @@ struct {
 } proc_slot SEC(".maps");
 
 /* The slot of the program running on a CPU, set at its top (ps_enter) and read below
- * it (ps_cur): nothing else runs on that CPU until the program returns (a uprobe's and a
- * tracepoint's programs run with preemption off, a breakpoint's in its exception, and
- * none of ours nests in another: uprobes and breakpoints fire in user mode), as the
- * per-CPU scratch maps already rely on. Indexed by CPU, masked. */
+ * it (ps_cur): nothing else of ours runs on that CPU until the program returns, as the
+ * per-CPU scratch maps already rely on. None nests in another (uprobes and breakpoints
+ * fire in user mode, a breakpoint's program runs in its exception), and uprobe programs
+ * run with migration off: on a kernel that does not preempt kernel code (preempt=none or
+ * voluntary) that keeps others off the CPU; under preempt=full or lazy it does not, which
+ * is not guarded yet (docs/design.md). Indexed by CPU, masked. */
 #define CUR_CPUS 1024
 __u32 cur_slot[CUR_CPUS] = {};
 __u32 cur_tgid[CUR_CPUS] = {};

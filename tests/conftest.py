@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from evmbpf_testlib import EVMBPF  # noqa: E402
+from evmbpf_testlib import EVMBPF, debug_registers  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -18,6 +18,17 @@ def pytest_collection_modifyitems(config, items):
 def pytest_configure(config):
     config.addinivalue_line("markers", "root: loads BPF programs, needs root")
     config.addinivalue_line("markers", "slow: long-running; deselect with -m 'not slow'")
+    config.addinivalue_line("markers", "debug_registers: its subject needs hardware "
+                            "breakpoints that fire (evmbpf doctor's self-test)")
+
+
+def pytest_runtest_setup(item):
+    """A test whose subject needs debug registers runs where they fire, and says why not
+    elsewhere: the same self-test evmbpf runs (`evmbpf doctor`'s line)."""
+    if "debug_registers" in item.keywords and os.geteuid() == 0:
+        fire, why = debug_registers()
+        if not fire:
+            pytest.skip(f"hardware breakpoints do not fire on this machine ({why})")
 
 
 @pytest.fixture(scope="session")

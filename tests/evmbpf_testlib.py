@@ -23,6 +23,34 @@ COMPARED = ("event", "module", "type", "depth", "forward", "call", "phase", "arg
             "output", "reason", "deepest", "orphan", "kwargs")
 
 
+_DEBUG_REGISTERS = []
+
+
+def debug_registers():
+    """(fire, why): whether hardware breakpoints fire on this machine, by evmbpf's own
+    self-test (the `hardware breakpoints` line of `evmbpf doctor`), run once. Without
+    them evmbpf follows no bound __call__ and no note_samples(), and says so."""
+    if not _DEBUG_REGISTERS:
+        r = subprocess.run([EVMBPF, "doctor"], capture_output=True, text=True, timeout=60)
+        line = next((ln for ln in r.stdout.splitlines()
+                     if ln[2:].startswith("hardware breakpoints:")), None)
+        if line is None:
+            raise AssertionError("evmbpf doctor printed no hardware breakpoints line:\n"
+                                 + r.stdout + r.stderr)
+        why = line.split("(", 1)[1].split(")", 1)[0] if "(" in line else line
+        _DEBUG_REGISTERS.extend([line.startswith("✓"), why])
+    return tuple(_DEBUG_REGISTERS)
+
+
+NO_DEBUG_REGISTERS = "warning: hardware breakpoints do not fire on this machine"
+
+
+def without_machine_notes(stderr):
+    """evmbpf's stderr without the line that says what this machine cannot watch (said
+    once per run where breakpoints do not fire): what a test about something else checks."""
+    return "\n".join(ln for ln in stderr.splitlines() if NO_DEBUG_REGISTERS not in ln)
+
+
 def load(path):
     with open(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]

@@ -7,6 +7,9 @@
                             an uncaught exception
     FAULT_SECONDS=S         run forwards for S seconds instead of N (soak), then print
                             "forwards N" on stderr
+    FAULT_UNTIL=FILE        with FAULT_SECONDS: stop as soon as FILE exists (S is then
+                            the longest it runs), so a test waits for what it watches
+                            rather than for a machine's speed
 """
 import ctypes
 import os
@@ -83,7 +86,8 @@ def run(model):
     seconds = float(os.environ.get("FAULT_SECONDS", "0"))
     if seconds:
         deadline, n = time.monotonic() + seconds, 0
-        while time.monotonic() < deadline:
+        until = os.environ.get("FAULT_UNTIL")
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
             for _ in range(50):
                 model(inputs(n))
                 n += 1

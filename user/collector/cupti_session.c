@@ -171,6 +171,21 @@ static void write_mem(struct trace *t, const struct cupti_rec *r)
 		       call ? " in " : "", call ? c.calls.calls[call - 1].module : "");
 }
 
+/* CUDA's major of a CUPTI API version (13's count 130000 up, 12's 18 to 24) */
+static uint64_t cuda_major(uint64_t api)
+{
+	return api >= 100000 ? api / 10000 : api >= 18 ? 12 : 11;
+}
+
+/* which libcupti the agent opened, and how it chose it (the ring's header) */
+static void agent_lib(struct gpu_calls *g)
+{
+	memcpy(g->cupti_lib, c.ring->lib, sizeof(g->cupti_lib));
+	g->cupti_lib[sizeof(g->cupti_lib) - 1] = 0;
+	memcpy(g->cupti_how, c.ring->lib_how, sizeof(g->cupti_how));
+	g->cupti_how[sizeof(g->cupti_how) - 1] = 0;
+}
+
 static void note_warning(void)
 {
 	if (c.warned || __atomic_load_n(&c.ring->state, __ATOMIC_ACQUIRE) != 2)
@@ -179,7 +194,12 @@ static void note_warning(void)
 	char note[CUPTI_NOTE_MAX];
 	memcpy(note, c.ring->note, sizeof(note));
 	note[sizeof(note) - 1] = 0;
-	warnx_("--cupti: %s; the trace goes on without GPU activity", note);
+	agent_lib(&c.calls);
+	if (c.calls.cupti_lib[0])
+		warnx_("--cupti: %s (libcupti %s, %s); the trace goes on without GPU activity", note,
+		       c.calls.cupti_lib, c.calls.cupti_how);
+	else
+		warnx_("--cupti: %s; the trace goes on without GPU activity", note);
 }
 
 static void drain(struct trace *t, struct ring_buffer *rb)
@@ -197,9 +217,14 @@ static void drain(struct trace *t, struct ring_buffer *rb)
 		case CR_AGENT:
 			c.agent_seen = 1;
 			c.version = r.v[0];
-			debugx("--cupti: the agent runs in %u (CUPTI API %llu, built against %llu)",
-			       c.ring->agent_pid, (unsigned long long)r.v[0],
-			       (unsigned long long)r.v[1]);
+			agent_lib(&c.calls);
+			c.calls.agent_seen = 1;
+			c.calls.cupti_version = r.v[0];
+			debugx("--cupti: the agent runs in %u with %s (%s; CUPTI API %llu, CUDA %llu; "
+			       "built against %llu)", c.ring->agent_pid,
+			       c.calls.cupti_lib[0] ? c.calls.cupti_lib : "a libcupti",
+			       c.calls.cupti_how, (unsigned long long)r.v[0],
+			       (unsigned long long)cuda_major(r.v[0]), (unsigned long long)r.v[1]);
 			break;
 		case CR_WARN:
 			note_warning();
@@ -269,6 +294,16 @@ void gpu_calls_write(struct trace *t, struct gpu_calls *g, uint64_t ring_dropped
 		jw_key(&b, &first, "numeric_gpu_ns"), jw_int(&b, (int64_t)g->numeric.kernel_ns);
 	}
 	jw_key(&b, &first, "dropped"), jw_int(&b, (int64_t)(ring_dropped + g->lost));
+	if (g->agent_seen) {   /* which libcupti gave these records */
+		jw_key(&b, &first, "cupti");
+		int f = 1;
+		buf_putc(&b, '{');
+		jw_key(&b, &f, "lib"), jw_cstr(&b, g->cupti_lib[0] ? g->cupti_lib : NULL);
+		jw_key(&b, &f, "how"), jw_cstr(&b, g->cupti_how);
+		jw_key(&b, &f, "version"), jw_int(&b, (int64_t)g->cupti_version);
+		jw_key(&b, &f, "cuda"), jw_int(&b, (int64_t)cuda_major(g->cupti_version));
+		buf_putc(&b, '}');
+	}
 	trace_emit(t, &b, 0, 0);
 }
 

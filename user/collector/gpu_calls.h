@@ -53,6 +53,10 @@ struct gpu_calls {
 	struct gpu_work numeric;
 	uint64_t lost;               /* CUPTI's dropped activity records */
 	uint64_t mem_events;
+	/* the libcupti the agent runs with (CR_AGENT): gpu_summary's `cupti` */
+	int agent_seen;
+	uint64_t cupti_version;      /* its CUPTI API version */
+	char cupti_lib[CUPTI_LIB_MAX], cupti_how[CUPTI_HOW_MAX];
 };
 
 void gpu_calls_init(struct gpu_calls *g);

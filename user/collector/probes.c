@@ -9,6 +9,7 @@
 #include <bpf/bpf.h>
 
 #include "bound.h"
+#include "hwwatch.h"
 #include "privileges.h"
 #include "samples.h"
 #include "procstate.h"
@@ -187,7 +188,9 @@ int session_load(struct session *s)
 	ps->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
 	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
 	ps->bound_hold = ps->hold_next;
-	ps->bound_off = bound_jit(t);
+	/* a bound call's return is seen by hardware watchpoints alone: where they do not
+	 * fire, an entry would have no exit, so none is followed (hwwatch.c says so once) */
+	ps->bound_off = !hw_watch_works() || bound_jit(t);
 	if (ps->hold_next && !watchdog_start(t->pid))
 		watchdog_hold(t->pid, 1);
 	/* live before the first probe: a call seen entering is a call of this process */

@@ -24,6 +24,7 @@
 #include <linux/perf_event.h>
 #include <sys/syscall.h>
 
+#include "hwwatch.h"
 #include "jsonw.h"
 #include "session.h"
 #include "trace_parts.h"
@@ -132,8 +133,8 @@ static void arm(struct session *s, uint64_t globals)
 void samples_attach(struct session *s)
 {
 	struct target *t = &s->target;
-	if (!t->eval_code_off || !t->runtime)
-		return;
+	if (!t->eval_code_off || !t->runtime || !hw_watch_works())
+		return; /* no breakpoint fires here: not observable, said once (hwwatch.c) */
 	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
 	memset(w, 0, sizeof(*w));
 	s->ps->samples_hold = hold_is_safe(t->pid, s->opts->command != NULL);

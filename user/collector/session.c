@@ -16,6 +16,7 @@
 
 #include "bound.h"
 #include "hold.h"
+#include "hwwatch.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -322,6 +323,8 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
+	if (!opts->probe_floor)
+		hw_watch_say(); /* what the machine cannot watch, once, before anything is traced */
 	int rc = opts->follow || opts->npids > 1 ? run_job(opts)
 		 : opts->command			? run_launch(opts)
 							: run_attach(opts);

@@ -13,6 +13,7 @@
 
 #include "cupti_numeric.h"
 #include "describe.h"
+#include "hwwatch.h"
 #include "jsonw.h"
 #include "numeric.h"
 #include "version.h"
@@ -127,8 +128,15 @@ void trace_header(struct trace *t)
 		buf_puts(&b, "null");
 	buf_printf(&b, ", \"pid_namespace\": %llu, \"pids\": \"host\"",
 		   (unsigned long long)t->target->pid_ns_inode);
-	buf_printf(&b, ", \"target_pid_namespace\": %llu, \"target_pid\": %d}",
+	buf_printf(&b, ", \"target_pid_namespace\": %llu, \"target_pid\": %d",
 		   (unsigned long long)t->target->target_pid_ns_inode, t->target->ns_pid);
+	/* what watches the hardware breakpoints: documents in flight, bound calls' returns */
+	int hw = hw_watch_works();
+	buf_printf(&b, ", \"watch\": {\"debug_registers\": \"%s\", \"note_samples\": \"%s\", "
+		   "\"bound_calls\": \"%s\"}}",
+		   hw ? "fire" : hw_watch_check()->opened ? "do not fire" : "refused",
+		   hw ? "hardware breakpoint" : "not observable",
+		   hw ? "hardware breakpoints" : "not followed");
 	buf_putc(&b, '}');
 	write_line(t, &b);
 	buf_free(&b);
@@ -231,6 +239,23 @@ int trace_close(struct trace *t)
 		if (dropped > 0 && !t->write_failed)
 			fprintf(t->out, "{\"event\": \"dropped\", \"count\": %lld, \"i\": %lld}\n",
 				(long long)dropped, (long long)t->seq + 1);
+	}
+	if (t->out && !t->write_failed && t->events && !hw_watch_works()) {
+		/* the header says it too, but a --tail trace may have lost its header */
+		char why[256];
+		struct buf b = {0};
+		buf_puts(&b, "{\"event\": \"unobservable\", \"what\": [\"note_samples\", "
+			 "\"bound_calls\"], \"why\": ");
+		buf_printf(&b, "\"hardware breakpoints do not fire on this machine\", \"detail\": ");
+		jw_cstr(&b, hw_watch_why(why, sizeof(why)));
+		buf_puts(&b, "}\n");
+		if (fwrite(b.data, 1, b.len, t->out) != b.len)
+			t->write_failed = errno ? errno : EIO;
+		t->events++;
+		buf_free(&b);
+	}
+	if (t->ring) {
+		size_t cap = (size_t)t->opts.tail;
 		for (size_t k = 0; k < cap; k++)
 			free(t->ring[k]);
 		free(t->ring);

@@ -55,15 +55,20 @@ static void docs_add(struct docs *d, const cJSON *task, const cJSON *doc)
 	rd_keymap_put(&d->index, &kt, &kd, d->n++);
 }
 
-void rd_format_samples(struct rd_buf *b, const cJSON *event)
+void rd_format_samples(struct rd_buf *b, const cJSON *event, int unobservable)
 {
-	rd_format_rows(b, pyv_get(event, "samples"));
+	rd_format_rows(b, pyv_get(event, "samples"), unobservable);
 }
 
-void rd_format_rows(struct rd_buf *b, const cJSON *rows)
+void rd_format_rows(struct rd_buf *b, const cJSON *rows, int unobservable)
 {
 	struct docs d = { 0 };
 
+	if (!pyv_truthy(rows) && unobservable) {
+		/* evmbpf could not see note_samples where the trace was written */
+		rd_buf_puts(b, "not observable on this machine");
+		return;
+	}
 	if (!pyv_truthy(rows)) {
 		rd_buf_puts(b, "none recorded (a batch-size probe, or a document already on disk)");
 		return;

@@ -15,9 +15,9 @@
 /* Most copies of an indent ('  ' * depth) written; Python would build any size. */
 #define RD_MAX_DEPTH 10000
 
-void rd_format_samples(struct rd_buf *b, const cJSON *event);
+void rd_format_samples(struct rd_buf *b, const cJSON *event, int unobservable);
 /* The same for the rows themselves (event.get("samples")). */
-void rd_format_rows(struct rd_buf *b, const cJSON *rows);
+void rd_format_rows(struct rd_buf *b, const cJSON *rows, int unobservable);
 void rd_stats_text(struct rd_buf *b, const cJSON *stats);
 void rd_format_tensor(struct rd_buf *b, const cJSON *described);
 /* Appends one line per input to out, each starting with indent. */

@@ -17,14 +17,15 @@ static int read_index(struct rd_trace *t, struct rd_index *x)
 	return got;
 }
 
-static void print_lines(struct rd_fwd **index, size_t n, const char *file, FILE *out)
+static void print_lines(struct rd_fwd **index, size_t n, const char *file, int unobservable,
+			FILE *out)
 {
 	struct rd_buf b = { 0 };
 
 	if (n == 0)
 		rd_warn("%s: no forward recorded in this trace", file);
 	for (size_t i = 0; i < n; i++) {
-		rd_index_line(&b, index[i]);
+		rd_index_line(&b, index[i], unobservable);
 		rd_buf_line(&b, out);
 	}
 	rd_buf_free(&b);
@@ -51,7 +52,7 @@ int rd_forwards(FILE *in, const char *file, int json, FILE *out)
 		if (json)
 			rd_index_json(out, index, n);
 		else
-			print_lines(index, n, file, out);
+			print_lines(index, n, file, t.samples_unobservable, out);
 		free(index);
 	}
 	rd_index_free(&x);

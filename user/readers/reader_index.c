@@ -128,14 +128,14 @@ size_t rd_index_sorted(struct rd_index *x, struct rd_fwd ***out)
 	return n;
 }
 
-void rd_index_line(struct rd_buf *b, const struct rd_fwd *f)
+void rd_index_line(struct rd_buf *b, const struct rd_fwd *f, int unobservable)
 {
 	rd_buf_puts(b, "forward ");
 	pyv_format(b, f->number, '<', 5);
 	rd_buf_printf(b, " %5lld modules   ", f->modules);
 	pyv_format(b, f->phase, '<', 18);
 	rd_buf_putc(b, ' ');
-	rd_format_rows(b, f->samples);
+	rd_format_rows(b, f->samples, unobservable);
 }
 
 void rd_index_json(FILE *out, struct rd_fwd **sorted, size_t n)

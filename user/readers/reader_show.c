@@ -294,7 +294,7 @@ static void print_heading(struct show *s, FILE *out)
 	pyv_str(&b, pyv_get(s->entries[0], "phase"));
 	rd_buf_puts(&b, "   documents: ");
 	if (s->header)
-		rd_format_samples(&b, s->header);
+		rd_format_samples(&b, s->header, s->t.samples_unobservable);
 	else
 		rd_buf_puts(&b, "unknown");
 	if (s->header && pyv_truthy(rows)) {

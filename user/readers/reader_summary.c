@@ -250,7 +250,7 @@ static void print_healthy(struct summary *s, const char *shown, FILE *out)
 	fprintf(out, "%zu forward(s) in this trace:\n", n);
 	for (size_t i = 0; i < n && i < 20; i++) {
 		rd_buf_puts(&b, "  ");
-		rd_index_line(&b, index[i]);
+		rd_index_line(&b, index[i], s->t.samples_unobservable);
 		rd_buf_line(&b, out);
 	}
 	if (n > 20)
@@ -269,7 +269,7 @@ static void print_healthy(struct summary *s, const char *shown, FILE *out)
 
 /* ---- a failed trace ---- */
 
-static void print_error(const cJSON *error, FILE *out)
+static void print_error(const cJSON *error, int unobservable, FILE *out)
 {
 	struct rd_buf b = { 0 }, msg = { 0 };
 	const cJSON *detected = pyv_get(error, "detected_at");
@@ -296,7 +296,7 @@ static void print_error(const cJSON *error, FILE *out)
 		rd_buf_line(&b, out);
 	}
 	rd_buf_puts(&b, "  documents in flight: ");
-	rd_format_samples(&b, error);
+	rd_format_samples(&b, error, unobservable);
 	rd_buf_line(&b, out);
 	if (pyv_truthy(mem) && pyv_num(pyv_get(mem, "allocated"), &allocated) &&
 	    pyv_num(pyv_get(mem, "reserved"), &reserved)) {
@@ -448,7 +448,7 @@ static int print_failed(struct summary *s, FILE *out)
 	struct before *b = s->error ? &s->on_error : &s->on_unwound;
 
 	if (s->error)
-		print_error(s->error, out);
+		print_error(s->error, s->t.samples_unobservable, out);
 	if (s->n_unwound && print_unwound(s, out) < 0)
 		return -1;
 	if (!b->usable)

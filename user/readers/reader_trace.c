@@ -300,6 +300,32 @@ cJSON *rd_ev_take_member(struct rd_event *e, const char *key)
 	return m < 0 ? NULL : rd_json_value(&e->t->json, e->line, m);
 }
 
+/* evmbpf's marks that documents in flight were not observable: the header's
+ * tracer.watch.note_samples, or an `unobservable` event naming note_samples (a --tail
+ * trace may have lost its header). */
+static void note_unobservable(struct rd_trace *t, struct rd_event *ev)
+{
+	const cJSON *what;
+
+	if (ev->kind == RD_HEADER) {
+		const cJSON *watch = pyv_get(rd_ev_get(ev, "tracer"), "watch");
+		const cJSON *samples = pyv_get(watch, "note_samples");
+
+		if (pyv_kind(samples) == PYV_STR && !strcmp(samples->valuestring, "not observable"))
+			t->samples_unobservable = 1;
+		return;
+	}
+	what = rd_ev_get(ev, "event");
+	if (pyv_kind(what) != PYV_STR || strcmp(what->valuestring, "unobservable"))
+		return;
+	what = rd_ev_get(ev, "what");
+	if (pyv_kind(what) != PYV_LIST)
+		return;
+	for (const cJSON *w = what->child; w; w = w->next)
+		if (pyv_kind(w) == PYV_STR && !strcmp(w->valuestring, "note_samples"))
+			t->samples_unobservable = 1;
+}
+
 int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 {
 	const char *line;
@@ -325,6 +351,8 @@ int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 		ev->line = line;
 		ev->len = len;
 		ev->kind = kind_of(ev);
+		if (ev->kind == RD_HEADER || ev->kind == RD_OTHER)
+			note_unobservable(t, ev);
 		return 1;
 	}
 	report_pending(t, 1);

@@ -97,6 +97,10 @@ struct rd_trace {
 	uint64_t off;           /* where the event last returned lies in the file */
 	size_t len;
 	long long lineno;
+	/* evmbpf's mark that note_samples could not be observed where the trace was
+	 * written (the header's tracer.watch, or the closing `unobservable` event): the
+	 * readers then say so instead of "none recorded" */
+	int samples_unobservable;
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);

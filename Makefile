@@ -71,6 +71,28 @@ CUPTI_INC ?= $(firstword $(patsubst %/cupti.h,%,$(wildcard /usr/local/cuda/inclu
 	/usr/local/cuda-*/include/cupti.h /var/cache/evmbpf/cupti/include/cupti.h)))
 AGENT := $(BUILD)/evmbpf-cupti.so
 AGENT_SRCS := agent/agent.c agent/numeric.c
+# One agent for libcupti 12 and 13: every field it reads of CUPTI's records and
+# callbacks is at the place agent/cupti_layout.h says, checked (_Static_assert) against
+# each header set found: CUDA 12's (Debian's libcupti-dev, scripts/cupti-headers.sh),
+# CUDA 13's (a toolkit, or the nvidia-cuda-cupti 13 and nvidia-cuda-runtime 13 wheels'
+# include/: CUPTI_LAYOUT_INCS="DIR..."). A set missing is said, not an error.
+CUPTI_LAYOUT_INCS ?= $(sort $(realpath $(patsubst %/cupti.h,%,$(wildcard \
+	/usr/local/cuda/include/cupti.h /usr/local/cuda-*/include/cupti.h \
+	/var/cache/evmbpf/cupti/include/cupti.h))))
+CUPTI_LAYOUT_OK := $(BUILD)/agent/cupti-layout.ok
+$(CUPTI_LAYOUT_OK): agent/cupti_layout.c agent/cupti_layout.h | $(BUILD)
+	$(Q)mkdir -p $(dir $@) && : > $@.tmp && for inc in $(CUPTI_LAYOUT_INCS); do \
+		[ -f $$inc/cupti.h ] && [ -f $$inc/cuda.h ] || continue; \
+		api=$$(printf '#include <cupti.h>\nCUPTI_API_VERSION\n' | \
+			$(CC) -E -P -I$$inc -x c - | tail -n 1); \
+		major=$$([ $$api -ge 100000 ] && echo $$((api / 10000)) || echo 12); \
+		printf '  %-8s CUDA %s (CUPTI API %s) %s\n' LAYOUT $$major $$api $$inc; \
+		$(CC) -std=gnu11 -fsyntax-only -Iagent -I$$inc agent/cupti_layout.c || exit 1; \
+		echo "$$major $$api $$inc" >> $@.tmp; \
+	done; \
+	for major in 12 13; do grep -q "^$$major " $@.tmp || \
+		printf '  %-8s no CUDA %s CUPTI headers here: its layouts not checked\n' LAYOUT $$major; \
+	done; mv $@.tmp $@
 # --numeric's kernels (agent/stats_kernels.c) as PTX, by clang's NVPTX backend (no nvcc,
 # no CUDA install: -nocudainc -nocudalib), embedded in the agent (.incbin); PTX for
 # sm_70, which the driver compiles for the device it runs on at the first request.
@@ -83,7 +105,8 @@ $(AGENT_PTX): agent/stats_kernels.c | $(BUILD)
 .PHONY: agent
 ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
 agent: $(AGENT)
-$(AGENT): $(AGENT_SRCS) agent/agent.h agent/stats_kernels.c include/cupti_ring.h $(AGENT_PTX) | $(BUILD)
+$(AGENT): $(AGENT_SRCS) agent/agent.h agent/cupti_layout.h agent/stats_kernels.c include/cupti_ring.h \
+	  $(AGENT_PTX) $(CUPTI_LAYOUT_OK) | $(BUILD)
 	$(call msg,AGENT,$@)
 	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) -Iagent \
 		-DEVM_PTX_FILE='"$(AGENT_PTX)"' $(AGENT_SRCS) -ldl -lpthread \

@@ -10,7 +10,10 @@
  * - the driver's virtual memory calls (cuMemCreate/Map/Unmap/Release: torch's
  *   expandable segments) and failed allocations.
  * It is built against CUPTI's and CUDA's headers only: libcupti is opened at run time
- * (EVMBPF_CUPTI_LIB, else the libcupti of the target's torch wheels, else the loader's).
+ * (open_cupti: EVMBPF_CUPTI_LIB, else one already mapped, else one of the mapped CUDA
+ * runtime's major, else the target's torch wheels', else the loader's), of CUDA 12 or 13
+ * whichever headers it was built with: every field it reads is checked at build time
+ * against both (cupti_layout.h).
  * It never blocks the job: no lock of its own, and when anything fails it says why in
  * the ring's note, and the job runs on without it. */
 #ifndef _GNU_SOURCE
@@ -31,10 +34,14 @@
 #include <cupti.h>
 
 #include "agent.h"
+#include "cupti_layout.h"
 #include "cupti_ring.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
+/* the records as these headers name them: libcupti 12 hands out the CUDA 12 versions,
+ * 13 the CUDA 13 ones, and every field read is at the same place in both
+ * (cupti_layout.h) */
 #if CUPTI_API_VERSION >= 130000
 typedef CUpti_ActivityKernel10 kernel_rec_t;
 typedef CUpti_ActivityMemcpy6 memcpy_rec_t;
@@ -113,61 +120,144 @@ static const char *result_text(CUptiResult r)
 
 /* --- opening libcupti ------------------------------------------------------------ */
 
-/* The site-packages folders of the libraries the target has loaded (torch's are loaded
- * by the time it initialises CUDA): where pip puts nvidia-cuda-cupti's libcupti. */
-static void *open_from_site_packages(char *tried, size_t tried_size)
+/* What the target has mapped already (torch's libraries are loaded by the time it
+ * initialises CUDA): a libcupti, the CUDA runtime (its major), the site-packages folders
+ * of its libraries (where pip puts nvidia-cuda-cupti's libcupti). */
+struct mapped {
+	char cupti[1024];    /* the first libcupti.so* mapped, or "" */
+	char cudart[1024];   /* the first libcudart.so.N* mapped, or "" */
+	unsigned cudart_major;
+	char sites[8][1024];
+	int nsites;
+};
+
+static void read_maps(struct mapped *m)
 {
+	memset(m, 0, sizeof(*m));
 	FILE *maps = fopen("/proc/self/maps", "re");
 	if (!maps)
-		return NULL;
-	char line[4096], seen[8][1024];
-	int nseen = 0;
-	void *h = NULL;
-	while (!h && fgets(line, sizeof(line), maps)) {
+		return;
+	char line[4096];
+	while (fgets(line, sizeof(line), maps)) {
 		char *path = strchr(line, '/');
-		char *sp = path ? strstr(path, "/site-packages/") : NULL;
+		if (!path)
+			continue;
+		path[strcspn(path, "\n")] = 0;
+		const char *base = strrchr(path, '/') + 1;
+		if (!m->cupti[0] && !strncmp(base, "libcupti.so", 11) && strlen(path) < sizeof(m->cupti))
+			strcpy(m->cupti, path);
+		if (!m->cudart[0] && !strncmp(base, "libcudart.so.", 13) && strlen(path) < sizeof(m->cudart) &&
+		    atoi(base + 13) > 0) {
+			strcpy(m->cudart, path);
+			m->cudart_major = (unsigned)atoi(base + 13);
+		}
+		char *sp = strstr(path, "/site-packages/");
 		if (!sp)
-			sp = path ? strstr(path, "/dist-packages/") : NULL;
+			sp = strstr(path, "/dist-packages/");
 		if (!sp)
 			continue;
 		size_t n = (size_t)(strchr(sp + 1, '/') - path) + 1;
-		if (n >= sizeof(seen[0]))
+		if (n >= sizeof(m->sites[0]) || m->nsites == 8)
 			continue;
 		int dup = 0;
-		for (int i = 0; i < nseen; i++)
-			dup |= !strncmp(seen[i], path, n) && seen[i][n] == 0;
-		if (dup || nseen == 8)
+		for (int i = 0; i < m->nsites; i++)
+			dup |= !strncmp(m->sites[i], path, n) && m->sites[i][n] == 0;
+		if (dup)
 			continue;
-		memcpy(seen[nseen], path, n);
-		seen[nseen][n] = 0;
+		memcpy(m->sites[m->nsites], path, n);
+		m->sites[m->nsites++][n] = 0;
+	}
+	fclose(maps);
+}
+
+/* dlopen the last (newest) match of a glob pattern */
+static void *open_glob(const char *pat)
+{
+	void *h = NULL;
+	glob_t g;
+	if (glob(pat, 0, NULL, &g) == 0) {
+		for (size_t i = g.gl_pathc; !h && i > 0; i--)
+			h = dlopen(g.gl_pathv[i - 1], RTLD_NOW | RTLD_LOCAL);
+		globfree(&g);
+	}
+	return h;
+}
+
+/* A libcupti of CUDA major `major` for the runtime at `cudart`: beside it (CUDA 13's
+ * wheels: nvidia/cu13/lib), in CUDA 12's wheel layout (nvidia/cuda_runtime/lib beside
+ * nvidia/cuda_cupti/lib), in the site-packages folders, in a toolkit, the loader's. */
+static void *open_major(const struct mapped *m, unsigned major)
+{
+	char dir[1024], pat[1200];
+	snprintf(dir, sizeof(dir), "%s", m->cudart);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	void *h = NULL;
+	snprintf(pat, sizeof(pat), "%s/libcupti.so.%u*", dir, major);
+	h = open_glob(pat);
+	snprintf(pat, sizeof(pat), "%s/../../cuda_cupti/lib/libcupti.so.%u*", dir, major);
+	if (!h)
+		h = open_glob(pat);
+	for (int i = 0; !h && i < m->nsites; i++) {
+		snprintf(pat, sizeof(pat), "%snvidia/cuda_cupti/lib/libcupti.so.%u*", m->sites[i], major);
+		h = open_glob(pat);
+		snprintf(pat, sizeof(pat), "%snvidia/cu%u/lib/libcupti.so.%u*", m->sites[i], major, major);
+		if (!h)
+			h = open_glob(pat);
+	}
+	static const char *const toolkits[] = { "/usr/local/cuda/extras/CUPTI/lib64",
+						"/usr/local/cuda-%u*/extras/CUPTI/lib64",
+						"/usr/local/cuda/lib64", "/usr/local/cuda-%u*/lib64" };
+	for (size_t t = 0; !h && t < sizeof(toolkits) / sizeof(toolkits[0]); t++) {
+		char d[256];
+		snprintf(d, sizeof(d), toolkits[t], major);
+		snprintf(pat, sizeof(pat), "%s/libcupti.so.%u*", d, major);
+		h = open_glob(pat);
+	}
+	snprintf(pat, sizeof(pat), "libcupti.so.%u", major);
+	if (!h)
+		h = dlopen(pat, RTLD_NOW | RTLD_LOCAL);
+	return h;
+}
+
+/* Which libcupti: EVMBPF_CUPTI_LIB; else one the process has mapped already (torch's
+ * profiler, the job's own); else one of the major of the mapped CUDA runtime; else the
+ * wheels' (nvidia/cuda_cupti, nvidia/cu1*) under the mapped site-packages, then the
+ * loader's. `how` says which rule chose it; `tried` lists where it looked. */
+static void *open_cupti(char *how, size_t how_size, char *tried, size_t tried_size)
+{
+	const char *given = getenv("EVMBPF_CUPTI_LIB");
+	if (given && *given) {
+		snprintf(how, how_size, "EVMBPF_CUPTI_LIB");
+		snprintf(tried, tried_size, "%s", given);
+		return dlopen(given, RTLD_NOW | RTLD_LOCAL);
+	}
+	static struct mapped m;
+	read_maps(&m);
+	void *h = NULL;
+	if (m.cupti[0] && (h = dlopen(m.cupti, RTLD_NOW | RTLD_LOCAL))) {
+		snprintf(how, how_size, "mapped");
+		return h;
+	}
+	if (m.cudart_major && (h = open_major(&m, m.cudart_major))) {
+		snprintf(how, how_size, "libcudart.so.%u", m.cudart_major);
+		return h;
+	}
+	snprintf(how, how_size, "search");
+	for (int i = 0; i < m.nsites; i++) {
 		static const char *const pats[] = { "nvidia/cuda_cupti/lib/libcupti.so*",
 						    "nvidia/cu1*/lib/libcupti.so*" };
 		for (size_t p = 0; !h && p < sizeof(pats) / sizeof(pats[0]); p++) {
 			char pat[1200];
-			snprintf(pat, sizeof(pat), "%s%s", seen[nseen], pats[p]);
-			glob_t g;
-			if (glob(pat, 0, NULL, &g) == 0) {
-				for (size_t i = g.gl_pathc; !h && i > 0; i--)
-					h = dlopen(g.gl_pathv[i - 1], RTLD_NOW | RTLD_LOCAL);
-				globfree(&g);
-			}
+			snprintf(pat, sizeof(pat), "%s%s", m.sites[i], pats[p]);
+			h = open_glob(pat);
 		}
 		size_t used = strlen(tried);
-		snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", seen[nseen]);
-		nseen++;
+		snprintf(tried + used, tried_size - used, "%s%s", used ? ", " : "", m.sites[i]);
+		if (h)
+			return h;
 	}
-	fclose(maps);
-	return h;
-}
-
-static void *open_cupti(char *tried, size_t tried_size)
-{
-	const char *given = getenv("EVMBPF_CUPTI_LIB");
-	if (given && *given) {
-		snprintf(tried, tried_size, "%s", given);
-		return dlopen(given, RTLD_NOW | RTLD_LOCAL);
-	}
-	void *h = open_from_site_packages(tried, tried_size);
 	static const char *const names[] = { "libcupti.so.13", "libcupti.so.12", "libcupti.so",
 					     "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so" };
 	for (size_t i = 0; !h && i < sizeof(names) / sizeof(names[0]); i++)
@@ -295,7 +385,7 @@ static void at_exit(void)
 }
 
 /* CUDA's major version of a CUPTI API version: 13's count 130000 up, 12's 18 to 24,
- * older ones less (the activity records' layouts change between majors) */
+ * older ones less */
 static unsigned generation(uint32_t api)
 {
 	return api >= 100000 ? api / 10000 : api >= 18 ? 12 : 11;
@@ -327,8 +417,9 @@ EXPORT int InitializeInjection(void)
 	ring = r;
 	ring->agent_pid = (uint32_t)getpid();
 
-	char tried[2048] = "";
-	void *h = open_cupti(tried, sizeof(tried));
+	char tried[2048] = "", how[CUPTI_HOW_MAX] = "";
+	void *h = open_cupti(how, sizeof(how), tried, sizeof(tried));
+	snprintf(ring->lib_how, sizeof(ring->lib_how), "%s", how);
 	if (!h)
 		return give_up("no libcupti found (looked in %s and the loader's path); set "
 			       "EVMBPF_CUPTI_LIB to its path", *tried ? tried : "no site-packages");
@@ -341,17 +432,21 @@ EXPORT int InitializeInjection(void)
 	    !SYM(h, ActivityFlushAll, "cuptiActivityFlushAll"))
 		return give_up("the libcupti found lacks the activity API: a CUPTI too old");
 	(void)SYM(h, GetResultString, "cuptiGetResultString");
+	Dl_info where;
+	char real[4096];
+	if (dladdr(*(void **)&cu.GetVersion, &where) && where.dli_fname)
+		snprintf(ring->lib, sizeof(ring->lib), "%.*s", (int)sizeof(ring->lib) - 1,
+			 realpath(where.dli_fname, real) ? real : where.dli_fname);
 
 	uint32_t version = 0;
 	cu.GetVersion(&version);
-	/* the activity records' layouts are those of the CUPTI it runs with: one of another
-	 * generation than the headers it was built against would be misread */
-	if (generation(version) != generation(CUPTI_API_VERSION))
-		return give_up("CUPTI API version %u (CUDA %u), the agent was built against %u "
-			       "(CUDA %u): a CUPTI too old or of another generation; rebuild the "
-			       "agent (make agent CUPTI_INC=...) against this CUPTI's headers",
-			       version, generation(version), (unsigned)CUPTI_API_VERSION,
-			       generation(CUPTI_API_VERSION));
+	/* the fields read of its records and callbacks are those of cupti_layout.h, checked
+	 * at build time against CUDA 12's and 13's headers; another major is not known */
+	unsigned major = generation(version);
+	if (major < EVM_CUPTI_MAJOR_MIN || major > EVM_CUPTI_MAJOR_MAX)
+		return give_up("CUPTI API version %u (CUDA %u): the agent reads the records of CUDA "
+			       "%u to %u's CUPTI only", version, major, EVM_CUPTI_MAJOR_MIN,
+			       EVM_CUPTI_MAJOR_MAX);
 	CUptiResult rc = cu.Subscribe(&subscriber, on_api, NULL);
 	if (rc != CUPTI_SUCCESS)
 		return give_up(rc == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED

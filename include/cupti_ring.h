@@ -11,9 +11,11 @@
 #include <stdint.h>
 
 #define CUPTI_RING_MAGIC 0x3154504342564d45ull /* "EMVBCPT1" */
-#define CUPTI_RING_VERSION 2
+#define CUPTI_RING_VERSION 3
 #define CUPTI_RING_SLOTS 65536          /* a power of two; 4 MiB of slots */
 #define CUPTI_NOTE_MAX 160
+#define CUPTI_LIB_MAX 1024
+#define CUPTI_HOW_MAX 64
 
 enum cupti_rec_kind {
 	CR_AGENT = 1,        /* the agent runs: v[0] CUPTI's API version at run time,
@@ -64,7 +66,12 @@ struct cupti_ring {
 	uint32_t agent_pid;             /* set by the agent when it maps the ring */
 	uint32_t state;                 /* 0 not loaded, 1 running, 2 gave up, 3 finished */
 	char note[CUPTI_NOTE_MAX];      /* why it gave up, or a warning */
-	char pad[4096 - 48 - CUPTI_NOTE_MAX];
+	char lib[CUPTI_LIB_MAX];        /* the libcupti the agent opened (its path), written
+					 * before CR_AGENT or CR_WARN */
+	char lib_how[CUPTI_HOW_MAX];    /* how it was chosen: "EVMBPF_CUPTI_LIB", "mapped",
+					 * "libcudart.so.N" (the major of the mapped runtime),
+					 * "search" */
+	char pad[4096 - 48 - CUPTI_NOTE_MAX - CUPTI_LIB_MAX - CUPTI_HOW_MAX];
 	struct cupti_slot slots[];
 };
 

@@ -516,6 +516,174 @@ def test_channel_rejects_a_bad_line(stand_in):
     assert "cupti-channel: cannot read 'tensor 5 6 0 1 3 1'" in got.stderr
 
 
+# ---- libcupti 12 and 13: one agent, the layouts checked at build time ----
+
+LAYOUT_OK = os.path.join(os.path.dirname(EVMBPF), "agent", "cupti-layout.ok")
+
+
+def _header_sets():
+    """{major: (api, include dir)}: the CUPTI header sets `make agent` checked the
+    agent's layout table against (build/agent/cupti-layout.ok)."""
+    if not os.path.exists(LAYOUT_OK):
+        return {}
+    sets = {}
+    with open(LAYOUT_OK) as handle:
+        for line in handle:
+            major, api, inc = line.split()
+            sets.setdefault(int(major), (int(api), inc))
+    return sets
+
+
+@need_agent
+def test_layout_table_is_checked_against_each_header_set_found(tmp_path):
+    """agent/cupti_layout.h's offsets hold for CUDA 12's and 13's headers (both are here:
+    Debian's libcupti-dev 12.4 and the CUDA 13.0 toolkit), and an offset off by 4 stops
+    the build."""
+    sets = _header_sets()
+    assert sets, "make agent checked no CUPTI header set"
+    if os.path.exists("/usr/local/cuda/include/cupti.h") and _cupti12_inc():
+        assert set(sets) == {12, 13}, sets
+    src = os.path.join(ROOT, "agent", "cupti_layout.c")
+    for major, (api, inc) in sets.items():
+        got = subprocess.run(["gcc", "-std=gnu11", "-fsyntax-only", "-I" + os.path.join(ROOT, "agent"),
+                              "-I" + inc, src], capture_output=True, text=True)
+        assert got.returncode == 0, (major, got.stderr)
+        with open(os.path.join(ROOT, "agent", "cupti_layout.h")) as handle:
+            table = handle.read()
+        bad = tmp_path / "cupti_layout.h"
+        bad.write_text(table.replace("EVM_LAYOUT(T, streamId, 48, 4)", "EVM_LAYOUT(T, streamId, 44, 4)"))
+        (tmp_path / "cupti_layout.c").write_text('#include "cupti_layout.h"\n')
+        got = subprocess.run(["gcc", "-std=gnu11", "-fsyntax-only", "-I" + inc,
+                              str(tmp_path / "cupti_layout.c")], capture_output=True, text=True)
+        assert got.returncode != 0 and "streamId is not at +44" in got.stderr, (major, got.stderr)
+
+
+def _cupti12_inc():
+    inc = subprocess.run([os.path.join(ROOT, "scripts", "cupti-headers.sh"), "path"],
+                         capture_output=True, text=True).stdout.strip()
+    return inc if os.path.exists(os.path.join(inc, "cupti.h")) else None
+
+
+@pytest.fixture(scope="module")
+def majors(tmp_path_factory, stand_in):
+    """A stand-in libcupti per CUDA major whose headers are here, each built against its
+    own major's headers: it reports that CUPTI API version and hands out that
+    generation's records."""
+    d = tmp_path_factory.mktemp("majors")
+    libs = {}
+    for major, (api, inc) in _header_sets().items():
+        lib = str(d / ("libfakecupti%d.so" % major))
+        subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-fvisibility=hidden",
+                        "-ffp-contract=off", "-I" + os.path.join(ROOT, "include"),
+                        "-I" + os.path.join(ROOT, "agent"), "-I" + inc,
+                        os.path.join(ROOT, "tests", "cupti", "fake_cuda.c"), "-o", lib, "-lm"],
+                       check=True, capture_output=True, text=True)
+        libs[major] = (lib, api)
+    return libs
+
+
+def warnings_of(err):
+    """stderr's lines but for what -v says"""
+    return [line for line in err.splitlines() if "warning" in line or "without GPU activity" in line]
+
+
+def agent_run(stand_in, env, work=0):
+    """The agent loaded by the channel's harness (no tensors), the harness's stand-in
+    GPU work seen by CUPTI, the session's end written: (stdout events, stderr)."""
+    e = dict(os.environ, EVMBPF_CUDA_LIB=stand_in["lib"], AGENT_HOST_WORK=str(work), **env)
+    for key in ("CUDA_INJECTION64_PATH", "EVMBPF_CUPTI_LIB", "FAKE_CUPTI_VERSION"):
+        if key not in env:
+            e.pop(key, None)
+    got = subprocess.run([EVMBPF, "cupti-channel", "-v", stand_in["host"]], input="", capture_output=True,
+                         text=True, env=e, timeout=120)
+    assert got.returncode == 0, got.stderr
+    return events_of(got.stdout), got.stderr
+
+
+@need_agent
+@pytest.mark.parametrize("major", [12, 13])
+def test_agent_reads_the_records_of_each_cupti_major(stand_in, majors, major):
+    """One agent (built against one header set) with a libcupti of CUDA 12 and of CUDA
+    13: their callbacks and their own generation's records (kernels, a copy, a set,
+    device memory, a pool) come through the ring into gpu_summary and gpu_mem, and
+    gpu_summary says which libcupti it was."""
+    if major not in majors:
+        pytest.skip("no CUDA %d CUPTI headers here" % major)
+    lib, api = majors[major]
+    events, err = agent_run(stand_in, {"EVMBPF_CUPTI_LIB": lib}, work=3)
+    assert not warnings_of(err), err
+    summary = events[-1]
+    assert summary["event"] == "gpu_summary"
+    assert (summary["kernels"], summary["gpu_ns"], summary["unattributed_kernels"]) == (3, 6000, 3)
+    assert (summary["memcpy"], summary["memcpy_bytes"], summary["memcpy_ns"]) == (1, 4096, 50)
+    assert (summary["memset"], summary["memset_bytes"], summary["mem_events"]) == (1, 128, 3)
+    assert summary["cupti"] == {"lib": lib, "how": "EVMBPF_CUPTI_LIB", "version": api, "cuda": major}
+    mem = [(e["op"], e["address"], e["bytes"], e["device"]) for e in events if e["event"] == "gpu_mem"]
+    assert mem == [("alloc", 0x7f0000200000, 2 << 20, 1), ("free", 0x7f0000200000, 2 << 20, 1),
+                   ("pool_created", 0x7f0000400000, 1 << 20, 1)]
+    assert "with %s (EVMBPF_CUPTI_LIB; CUPTI API %d, CUDA %d;" % (lib, api, major) in err, err
+
+
+@need_agent
+@pytest.mark.parametrize("api,major", [(17, 11), (140000, 14)])
+def test_agent_gives_up_on_a_cupti_of_another_major(stand_in, api, major):
+    events, err = agent_run(stand_in, {"EVMBPF_CUPTI_LIB": stand_in["lib"], "FAKE_CUPTI_VERSION": str(api)},
+                            work=2)
+    warnings = warnings_of(err)
+    assert len(warnings) == 1, err
+    assert "CUPTI API version %d (CUDA %d)" % (api, major) in warnings[0]
+    assert "CUDA 12 to 13's CUPTI only" in warnings[0] and stand_in["lib"] in warnings[0]
+    assert not [e for e in events if e["event"].startswith("gpu")]
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory, majors):
+    """A site-packages with both wheels' layouts: nvidia/cuda_cupti/lib/libcupti.so.12
+    (CUDA 12's) beside nvidia/cuda_runtime/lib/libcudart.so.12, and nvidia/cu13/lib with
+    libcupti.so.13 and libcudart.so.13 (CUDA 13's); the libcudart are empty libraries."""
+    if set(majors) != {12, 13}:
+        pytest.skip("needs CUDA 12's and 13's CUPTI headers")
+    import shutil
+    site = tmp_path_factory.mktemp("wheels") / "site-packages"
+    paths = {}
+    for sub, name, src in (("cuda_cupti", "libcupti.so.12", majors[12][0]),
+                           ("cu13", "libcupti.so.13", majors[13][0]),
+                           ("cuda_runtime", "libcudart.so.12", None),
+                           ("cu13", "libcudart.so.13", None),
+                           ("other", "libother.so", None)):
+        d = site / "nvidia" / sub / "lib"
+        d.mkdir(parents=True, exist_ok=True)
+        path = str(d / name)
+        if src:
+            shutil.copy(src, path)
+        else:
+            c = d / (name + ".c")
+            c.write_text("int %s_standin;\n" % name.replace(".", "_"))
+            subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname," + name, str(c), "-o", path],
+                           check=True)
+        paths[name] = path
+    return paths
+
+
+@need_agent
+@pytest.mark.parametrize("preload,want,how", [
+    ("libcupti.so.13", "libcupti.so.13", "mapped"),
+    ("libcudart.so.13", "libcupti.so.13", "libcudart.so.13"),
+    ("libcudart.so.12", "libcupti.so.12", "libcudart.so.12"),
+    ("libother.so", "libcupti.so.12", "search"),
+])
+def test_which_libcupti_the_agent_opens(stand_in, wheels, preload, want, how):
+    """Without EVMBPF_CUPTI_LIB: a libcupti the process has mapped already; else the one
+    of the mapped libcudart's major (CUDA 13's wheel, though CUDA 12's comes first in the
+    search); else the search of the mapped site-packages. -v, gpu_summary say which."""
+    events, err = agent_run(stand_in, {"AGENT_HOST_PRELOAD": wheels[preload]}, work=1)
+    summary = events[-1]
+    assert summary["event"] == "gpu_summary" and summary["kernels"] == 1, err
+    assert (summary["cupti"]["lib"], summary["cupti"]["how"]) == (wheels[want], how), summary
+    assert summary["cupti"]["cuda"] == int(want.rsplit(".", 1)[1])
+    assert "with %s (%s;" % (wheels[want], how) in err, err
+
+
 # ---- --numeric --cupti with launched CPU jobs ----
 
 @pytest.fixture(scope="module")

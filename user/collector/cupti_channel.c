@@ -1,4 +1,4 @@
-/* `evmbpf cupti-channel HARNESS FILE...` (hidden; tests/test_cupti.py): --numeric's
+/* `evmbpf cupti-channel [-v] HARNESS FILE...` (hidden; tests/test_cupti.py): --numeric's
  * channel to the agent, end to end without a device. The collector's own code makes the
  * agent's memfd (cupti_launch_prepare) and asks for the numeric service; HARNESS
  * (tests/cupti/agent_host.c) maps the FILEs (tensors' storage), prints their addresses,
@@ -30,6 +30,10 @@
 
 int cupti_channel_main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[0], "-v")) {   /* say what -v says (the agent's libcupti) */
+		verbose = 1;
+		argc--, argv++;
+	}
 	int nfiles = argc - 1;
 	uint64_t *addr = xcalloc((size_t)nfiles + 1, sizeof(*addr));
 	uint64_t *size = xcalloc((size_t)nfiles + 1, sizeof(*size));

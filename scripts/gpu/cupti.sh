@@ -13,8 +13,8 @@
 #   tracer's --numeric run (counts, min, max, median equal; mean and std within 1e-9
 #   relative), GPU times adding up with the agent's own kernels apart, and
 #   max_memory_allocated() unchanged by the agent.
-# Needs build/evmbpf-static and build/evmbpf-cupti.so (built against CUDA 13's headers,
-# the generation of the torch cu130 wheels' libcupti).
+# Needs build/evmbpf-static and build/evmbpf-cupti.so (built against CUDA 12's or 13's
+# headers: it reads either major's libcupti, agent/cupti_layout.h).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 EVMBPF=${EVMBPF:-build/evmbpf-static}

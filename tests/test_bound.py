@@ -95,18 +95,21 @@ def check_shape(where, shape, mode, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("shape", full(*SHAPES, default=("kwargs", "raises", "sub",
                                                          "substep", "subfirst")))
 def test_host_launch(evmbpf, shape, tmp_path):
     check_shape("host", shape, "launch", tmp_path)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("shape", full("kwargs", "raises", "sub", "substep",
                                        default=("kwargs", "sub")))
 def test_host_pid(evmbpf, shape, tmp_path):
     check_shape("host", shape, "pid", tmp_path)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("shape,mode", [("kwargs", "launch")] + full(
     *[(s, m) for m in ("launch", "pid") for s in SHAPES if (s, m) != ("kwargs", "launch")]))
 def test_host_shared_libpython(evmbpf, shape, mode, tmp_path):
@@ -115,6 +118,7 @@ def test_host_shared_libpython(evmbpf, shape, mode, tmp_path):
     check_shape("host-shared", shape, mode, tmp_path)
 
 
+@pytest.mark.debug_registers
 def test_host_numeric(evmbpf, tmp_path):
     """--numeric: a bound call's args and its output (read at the watchpoint, the thread
     held there) carry the reference's stats."""
@@ -124,6 +128,7 @@ def test_host_numeric(evmbpf, tmp_path):
     compare_numeric(ref, got, kwargs=target.kwargs)
 
 
+@pytest.mark.debug_registers
 def test_host_nested_refused(evmbpf, tmp_path):
     """Two bound calls entered with no module call between them (`self.inner.__call__(h)`
     whose first module call is inside `self.first.__call__(x)`) need two call sites'
@@ -145,6 +150,7 @@ def test_host_nested_refused(evmbpf, tmp_path):
 RUN_PLAIN = os.path.join(OWN_WORKLOADS, "run_plain.py")
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("where,mode", [("host", "launch")] + full(
     ("host", "pid"), ("trixie", "launch"), ("bullseye", "launch"), ("sid", "launch"),
     ("sid", "pid"), ("pyenv3.10", "launch"), ("pyenv3.12", "launch"), ("pyenv3.9", "pid")))
@@ -178,6 +184,7 @@ def test_nested(evmbpf, where, mode, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
+@pytest.mark.debug_registers
 def test_nested_numeric(evmbpf, tmp_path):
     """--numeric: the outer of two nested bound calls has its args' stats from
     bound_outer's record, the inner's from the module call's, as the reference's."""
@@ -209,6 +216,7 @@ def test_hook_said(evmbpf, tmp_path):
     assert not any(e.get("module") == "extra" for e in got)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("where", ["trixie"] + full("sid"))
 def test_hook_seen(evmbpf, where, tmp_path):
     """3.13+ has no stack-pointer fast path: the hook's bound call is found by the walk
@@ -244,11 +252,13 @@ CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
                                                                  ("trixie", "sub"))]
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("chroot,shape", CHROOT_CELLS)
 def test_chroot_launch(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "launch", tmp_path)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("chroot,shape", full(
     ("trixie", "sub"), ("sid", "sub"), ("sid", "kwcall"), ("trixie", "subfirst"),
     ("sid", "subfirst"), ("trixie", "substep"), ("sid", "substep"), ("bullseye", "sub"),
@@ -257,6 +267,7 @@ def test_chroot_pid(evmbpf, chroot, shape, tmp_path):
     check_shape(chroot, shape, "pid", tmp_path)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("shape", full(*SHAPES, default=("positional",)))
 def test_bullseye_launch(evmbpf, shape, tmp_path):
     """CPython 3.9 (bullseye, torch 1.7): frames are PyFrameObjects; every shape equals
@@ -270,6 +281,7 @@ GENERATE_CELLS = [("launch", "hf_llama_generate")] + [
                  ("pid", "hf_gpt2_generate"))]
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("mode,name", GENERATE_CELLS)
 def test_sid_generate(evmbpf, mode, name, tmp_path):
     """transformers 5's greedy generate() for a batch of two with an attention mask: every
@@ -289,6 +301,7 @@ PYENV_CELLS = list(PYENV_DEFAULT) + [
     if (v, s) not in PYENV_DEFAULT]
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("version,shape", PYENV_CELLS)
 def test_pyenv_standin(evmbpf, version, shape, tmp_path):
     """pyenv's CPython with the stand-in torch (tests/standin): the same call shapes on
@@ -296,6 +309,7 @@ def test_pyenv_standin(evmbpf, version, shape, tmp_path):
     check_shape("pyenv" + version, shape, "launch", tmp_path)
 
 
+@pytest.mark.debug_registers
 @pytest.mark.parametrize("version,shape", [("3.10", "raises")] + full(
     ("3.9", "sub"), ("3.12", "substep"), ("3.10", "lower"), ("3.9", "subfirst"),
     ("3.10", "subfirst"), ("3.12", "subfirst"), ("3.13", "sub"), ("3.13", "subfirst")))
@@ -304,6 +318,7 @@ def test_pyenv_standin_pid(evmbpf, version, shape, tmp_path):
     check_shape("pyenv" + version, shape, "pid", tmp_path)
 
 
+@pytest.mark.debug_registers
 def test_sid_jit_said(evmbpf, tmp_path):
     """sid's 3.14 is built with --enable-experimental-jit=yes-off: PYTHON_JIT=1 turns its
     tier-2 optimizer on, whose traces do not fetch the call sites' bytecode. evmbpf says
@@ -321,6 +336,7 @@ def test_sid_jit_said(evmbpf, tmp_path):
     assert enters == sum(e["event"] == "exit" for e in got) and enters > 0
 
 
+@pytest.mark.debug_registers
 def test_pid_other_process_leaves(evmbpf, tmp_path):
     """--pid A,B: B's bound call site is watched, then A ends and its session detaches;
     B's watchpoints stay armed (one process's detach removes its own alone), so B's

@@ -15,7 +15,8 @@ from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, Attached, chroot_e
                             chroot_target, compare_traces, load, pyenv_target, run_launch,
                             run_reference, torch_major)
 
-pytestmark = pytest.mark.root
+# documents in flight are watched by a hardware breakpoint on note_samples
+pytestmark = [pytest.mark.root, pytest.mark.debug_registers]
 WORKLOAD = os.path.join(OWN_WORKLOADS, "samples_eval.py")
 KWARGS = torch_major() >= 2
 FULL = bool(os.environ.get("EVMBPF_FULL_MATRIX"))

@@ -122,6 +122,7 @@ void session_announce(struct session *s)
 	debugx("interpreter %s, slot_tp_call at %#lx (found by %s), file offset %#lx", t->py_path,
 	       (unsigned long)t->slot_tp_call, t->slot_tp_call_found_by ? "the slotdefs table" : "its symbol",
 	       (unsigned long)t->slot_tp_call_off);
+	hw_watch_say(); /* what this machine cannot watch: once a run, after the first attach */
 }
 
 int session_prepare(struct session *s, pid_t pid)
@@ -323,8 +324,6 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
-	if (!opts->probe_floor)
-		hw_watch_say(); /* what the machine cannot watch, once, before anything is traced */
 	int rc = opts->follow || opts->npids > 1 ? run_job(opts)
 		 : opts->command			? run_launch(opts)
 							: run_attach(opts);

@@ -10,6 +10,12 @@ DynamicCache, in the sid chroot, skipped when it is not built), each run a fresh
   plain      untraced
   floor      evmbpf --probe-floor: an empty uprobe + uretprobe pair on slot_tp_call,
              the least the kernel charges to see every module call and its return
+  entry      evmbpf --probe-floor=entry: the empty uprobe alone (what one trap costs on
+             this machine; floor - entry is the uretprobe's)
+  vectorcall evmbpf --probe-floor=at:ADDR: an empty uprobe on CPython's method_vectorcall
+             (a bound method called through CALL_FUNCTION_EX: torch >= 2.1 does it twice
+             per module call, 1.x once), what following bound calls with a probe there
+             would cost every module call on a machine without debug registers
   evmbpf     evmbpf --pid PID --out FILE (default options: streaming)
   tail       evmbpf --tail N
   reference  the reference in-process tracer (../shared/reference, evalmetry.debug)
@@ -56,9 +62,10 @@ EVMBPF = os.path.join(REPO, "build", "evmbpf")
 WORKLOAD = os.path.join(REPO, "scripts", "bench_workload.py")
 HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
-MODES = ["plain", "floor", "evmbpf", "tail", "reference", "numeric", "numeric_held",
+MODES = ["plain", "floor", "entry", "evmbpf", "tail", "reference", "numeric", "numeric_held",
          "reference_numeric"]
-ALL_MODES = MODES + ["base"]
+ALL_MODES = MODES + ["base", "entry", "vectorcall"]
+FLOORS = ("floor", "entry", "vectorcall")
 EVMBPF_BASE = None
 # iterations per run (timed), warm-up iterations
 ITERS = {"big": (20, 2), "small": (1500, 50), "linear": (1000, 20), "tiny": (400, 10), "llama": (30, 2),
@@ -189,8 +196,9 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
         line = work.stdout.readline()
         if not line.startswith("{"):
             raise RuntimeError(f"workload did not start: {line!r}")
-        pid = json.loads(line)["ready"]
-        if mode in ("floor", "evmbpf", "base", "tail", "numeric", "numeric_held"):
+        ready = json.loads(line)
+        pid = ready["ready"]
+        if mode in FLOORS + ("evmbpf", "base", "tail", "numeric", "numeric_held"):
             stats = os.path.join(tmp, "stats.json")
             err = os.path.join(tmp, "evmbpf.err")
             for p in (stats,):
@@ -199,6 +207,10 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
             cmd = [EVMBPF_BASE if mode == "base" else EVMBPF, "--pid", str(pid), "--stats", stats]
             if mode == "floor":
                 cmd.append("--probe-floor")
+            elif mode == "entry":
+                cmd.append("--probe-floor=entry")
+            elif mode == "vectorcall":
+                cmd.append(f"--probe-floor=at:{ready['method_vectorcall']:#x}")
             else:
                 cmd += ["--out", trace]
             if mode == "tail":
@@ -261,7 +273,7 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
                                                      - res["stats"].get("attach_cpu_s", 0))
             except (OSError, ValueError):
                 res["stats"] = None
-            if mode != "floor":
+            if mode not in FLOORS:
                 res["trace_dropped"] = trace_tail_events(trace, whole=scan_trace)
                 res["trace_bytes"] = os.path.getsize(trace) if os.path.exists(trace) else 0
     finally:
@@ -423,6 +435,21 @@ def print_summary(summary, prev=None):
               f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')} "
               f"(medians); from the fastest runs: {fmt(s['ratio_evmbpf_floor_min'])}, "
               f"{fmt(s['ratio_tail_floor_min'])}, {fmt(s['ratio_reference_evmbpf_min'], '.1f')}")
+        M = s["modes"]
+        if "entry" in M or "vectorcall" in M:
+            def added(mode, key):
+                return M.get(mode, {}).get(key)
+
+            def minus(a, b):
+                return a - b if a is not None and b is not None else None
+            traps = []
+            for key, what in (("us_added_per_call", "medians"),
+                              ("fast_us_added", "fastest iterations")):
+                traps.append(f"uprobe {fmt(added('entry', key))}, uretprobe "
+                             f"{fmt(minus(added('floor', key), added('entry', key)))}, "
+                             f"an empty uprobe on method_vectorcall "
+                             f"{fmt(added('vectorcall', key))} ({what})")
+            print("what this machine charges per module call, µs: " + "; ".join(traps))
         fast = [f"{mode} {fmt(d['fast_us_added'])} (±{fmt(d.get('fast_spread_us'))})"
                 for mode, d in s["modes"].items() if d.get("fast_us_added") is not None]
         if fast:

@@ -34,6 +34,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.normpath(os.path.join(HERE, "..", "..", "shared", "reference"))
 
 
+def method_vectorcall(model):
+    """The address of CPython's static method_vectorcall (the vectorcall field of a bound
+    method object, PyMethodObject's after its head and three pointers on 3.8+): where a
+    probe on every call of a bound method through CALL_FUNCTION_EX would go (bench.py's
+    vectorcall mode measures what an empty one costs)."""
+    import ctypes
+    bound = model.forward
+    return ctypes.c_void_p.from_address(id(bound) + 40).value
+
+
 def build(name, torch, layers=2):
     nn = torch.nn
     if name in ("small", "linear"):
@@ -139,7 +149,7 @@ def main():
     torch.set_num_threads(1)
     model, work = build(args.workload, torch, args.layers)
     if args.sync:
-        emit({"ready": os.getpid()})
+        emit({"ready": os.getpid(), "method_vectorcall": method_vectorcall(model)})
         sys.stdin.readline()
 
     # each timed iteration's seconds, wall and this thread's CPU (the probes' traps and

@@ -66,8 +66,11 @@ static const char usage[] =
 	"                       method's class is found from its first argument's type.\n"
 	"      --stats FILE     at the end, write the collector's counters (records, events,\n"
 	"                       drops) and its own CPU time and peak RSS as JSON to FILE\n"
-	"      --probe-floor    benchmarking aid: attach empty probes where evmbpf's go and\n"
-	"                       write no trace (what the kernel alone charges; no --out)\n"
+	"      --probe-floor[=WHAT]  benchmarking aid: attach empty probes and write no trace\n"
+	"                       (what the kernel alone charges; no --out). WHAT: pair (the\n"
+	"                       default: a uprobe and a uretprobe where evmbpf's go), entry\n"
+	"                       (the uprobe alone), at:ADDRESS (a uprobe at an address of the\n"
+	"                       target's interpreter, e.g. a static C function's)\n"
 	"  -q, --quiet          no status line while tracing, no summary line at the end\n"
 	"  -v, --verbose        say more on stderr (twice: libbpf's debug output too)\n"
 	"  -V, --version        print evmbpf's version (and libbpf's, and the trace schema's)\n"
@@ -133,7 +136,7 @@ int main(int argc, char **argv)
 		{ "ringbuf-mb", required_argument, NULL, 'R' },
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
-		{ "probe-floor", no_argument, NULL, 'B' },
+		{ "probe-floor", optional_argument, NULL, 'B' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "numeric", no_argument, NULL, 'N' },
 		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
@@ -226,8 +229,24 @@ int main(int argc, char **argv)
 			opts.stats = optarg;
 			break;
 		case 'B':
-			opts.probe_floor = 1;
-			break;
+			opts.probe_floor = FLOOR_PAIR;
+			if (!optarg || !strcmp(optarg, "pair"))
+				break;
+			if (!strcmp(optarg, "entry")) {
+				opts.probe_floor = FLOOR_ENTRY;
+				break;
+			}
+			if (!strncmp(optarg, "at:", 3)) {
+				char *end;
+				errno = 0;
+				opts.probe_floor_at = strtoull(optarg + 3, &end, 0);
+				if (!errno && end != optarg + 3 && !*end && opts.probe_floor_at) {
+					opts.probe_floor = FLOOR_AT;
+					break;
+				}
+			}
+			warnx_("--probe-floor=%s: give pair, entry or at:ADDRESS", optarg);
+			return 2;
 		case 'q':
 			opts.quiet = 1;
 			break;

@@ -247,21 +247,31 @@ void session_detach(struct session *s)
 	samples_detach(s);
 }
 
-/* --probe-floor: empty programs where call_enter/call_exit go; no trace. */
+/* --probe-floor: empty programs where call_enter/call_exit go (or the entry's alone, or
+ * one at an address of the interpreter); no trace. */
 int session_load_floor(struct session *s)
 {
 	struct target *t = &s->target;
+	uint64_t at = t->slot_tp_call_off;
+	if (s->opts->probe_floor == FLOOR_AT &&
+	    target_file_offset(t, s->opts->probe_floor_at, &at)) {
+		warnx_("--probe-floor=at:%#llx: not an address of code in %s in process %d",
+		       (unsigned long long)s->opts->probe_floor_at, t->py_path, t->pid);
+		return -1;
+	}
 	s->floor = floor_bpf__open_and_load();
 	if (!s->floor) {
 		warnx_("cannot load the BPF programs: %s", strerror(errno));
 		return -1;
 	}
 	struct bpf_link *l;
-	l = attach_uprobe(s->floor->progs.floor_enter, 0, t->pid, t->py_open,
-			  t->slot_tp_call_off, "slot_tp_call");
+	l = attach_uprobe(s->floor->progs.floor_enter, 0, t->pid, t->py_open, at,
+			  s->opts->probe_floor == FLOOR_AT ? "--probe-floor=at:" : "slot_tp_call");
 	if (!l)
 		return -1;
 	s->links[s->nlinks++] = l;
+	if (s->opts->probe_floor != FLOOR_PAIR)
+		return 0;
 	l = attach_uprobe(s->floor->progs.floor_exit, 1, t->pid, t->py_open,
 			  t->slot_tp_call_off, "slot_tp_call (return)");
 	if (!l)

@@ -51,6 +51,32 @@ static int each_mapping(pid_t pid, mapping_fn fn, void *arg)
 	return rc;
 }
 
+struct code_at {
+	const char *path;
+	uint64_t addr, off;
+	int found;
+};
+
+static int code_at(void *arg, const struct mapping *m)
+{
+	struct code_at *c = arg;
+	if (strcmp(m->path, c->path) || m->perms[2] != 'x' || c->addr < m->start ||
+	    c->addr >= m->end)
+		return 0;
+	c->off = c->addr - m->start + m->offset;
+	c->found = 1;
+	return 1;
+}
+
+int target_file_offset(const struct target *t, uint64_t addr, uint64_t *off)
+{
+	struct code_at c = { .path = t->py_path, .addr = addr };
+	if (each_mapping(t->pid, code_at, &c) < 0 || !c.found)
+		return -1;
+	*off = c.off;
+	return 0;
+}
+
 static int same_inode(const char *path, uint64_t inode)
 {
 	struct stat st;

@@ -62,6 +62,9 @@ int target_find_torch(struct target *t);
 int target_ns_pid(pid_t pid);
 /* ppid and rank (job.c). */
 void target_identity(struct target *t);
+/* The offset in the interpreter's file (py_path) of an address of its code in the
+ * process; -1 when the address is not in an executable mapping of it. */
+int target_file_offset(const struct target *t, uint64_t addr, uint64_t *off);
 /* Is the file mapped in the process an interpreter? (for launch mode: 1 yes, 0 no) */
 int target_is_python(pid_t pid);
 

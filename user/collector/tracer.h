@@ -2,6 +2,7 @@
 #ifndef EVMBPF_TRACER_H
 #define EVMBPF_TRACER_H
 
+#include <stdint.h>
 #include <sys/types.h>
 #include "trace.h"
 
@@ -16,10 +17,14 @@ struct tracer_opts {
 	long ringbuf_mb;
 	struct trace_opts trace;
 	const char *stats;      /* --stats FILE: counters and own rusage as JSON at the end */
-	int probe_floor;        /* --probe-floor: empty probes at the same place, no trace */
+	int probe_floor;        /* --probe-floor: empty probes, no trace (FLOOR_*) */
+	uint64_t probe_floor_at; /* --probe-floor=at:ADDRESS */
 	int quiet;              /* --quiet: no status line, no summary line */
 	int cupti;              /* --cupti: the CUPTI agent in the launched command */
 };
+
+/* --probe-floor: where the empty probes go */
+enum { FLOOR_NONE, FLOOR_PAIR, FLOOR_ENTRY, FLOOR_AT };
 
 /* Why --out's pattern cannot be used (NULL: it can); `several`: more than one process
  * may be traced (job.c). */

@@ -44,7 +44,8 @@ def target(tmp_path, torch_cuda, standin=False, **env):
     t.env = dict(t.env)
     t.env["EVMBPF_CHROOT_BIND"] += f" {torch_cuda}:/evmbpf/torch-cuda"
     for key in ("EVMBPF_TEST_ASSUME_CUDA", "PYTORCH_CUDA_ALLOC_CONF", "CUDA_ALLOCATOR_INIT",
-                "CUDA_ALLOCATOR_POKE", "CUDA_ALLOCATOR_STANDIN", "CUDA_ALLOCATOR_THREADS"):
+                "CUDA_ALLOCATOR_POKE", "CUDA_ALLOCATOR_STANDIN", "CUDA_ALLOCATOR_THREADS",
+                "CUDA_ALLOCATOR_LAYOUT"):
         t.env.pop(key, None)
     if standin:
         # the runtime's device functions for two devices, built here, seen in the chroot
@@ -145,6 +146,37 @@ def test_layout_that_does_not_validate(evmbpf, tmp_path, torch_cuda, monkeypatch
     assert all(e["mem"] is None for e in enters(got)) and enters(got)
     warnings = [line for line in err.splitlines() if "warning: CUDA memory" in line]
     assert len(warnings) == 1 and "layout" in warnings[0], err
+
+
+def test_vtable_first_layout(evmbpf, tmp_path, torch_cuda, monkeypatch):
+    """Device allocators that start with a vtable pointer (a polymorphic allocator
+    class: the mutex and DeviceStats 8 bytes later) are read when their DeviceStats
+    validate the same way: every enter carries the counters of that moment."""
+    monkeypatch.setenv("EVMBPF_TEST_ASSUME_CUDA", "1")
+    t = target(tmp_path, torch_cuda, standin=True, EVMBPF_TEST_ASSUME_CUDA="1",
+               CUDA_ALLOCATOR_POKE="1", CUDA_ALLOCATOR_LAYOUT="vtable")
+    got, err = attached(t, tmp_path)
+    ev = enters(got)
+    assert len(ev) == 4 * 7, [e["module"] for e in ev]
+    assert [e["mem"] for e in ev] == [expected(e["forward"] - 1) for e in ev], err
+    assert "warning: CUDA memory" not in err, err
+
+
+@pytest.mark.parametrize("mode", ["launch", "linger"])
+def test_initialised_but_no_layout_validates(evmbpf, tmp_path, torch_cuda, mode):
+    """CUDA's lazy init seen (device_count_ensure_non_zero), and the allocator's vector
+    holds nothing of a layout evmbpf knows: one warning, not a silent null; said at the
+    held module call after the init, and (the target may not be stopped: a run that
+    lingers, --numeric) at a poll a second after the init."""
+    env = dict(EVMBPF_TEST_ASSUME_CUDA="1", CUDA_ALLOCATOR_INIT="run", CUDA_ALLOCATOR_LAYOUT="alien")
+    if mode == "linger":
+        env.update(CUDA_ALLOCATOR_SETTLE="1.5")
+    t = target(tmp_path, torch_cuda, standin=True, **env)
+    got, err = launched(t, tmp_path)
+    assert all(e["mem"] is None for e in enters(got)) and enters(got)
+    warnings = [line for line in err.splitlines() if "warning: CUDA memory" in line]
+    assert len(warnings) == 1 and "CUDA was initialised" in warnings[0] and \
+        "layout evmbpf knows" in warnings[0], err
 
 
 def device(d):

@@ -20,7 +20,15 @@ current_device() first, as the first CUDA operation would. CUDA_ALLOCATOR_THREAD
 it): two threads set device 1 in build() (before a --pid attach), each device's
 DeviceStats get counters of their own (device_counters), and run() calls one forward on
 the main thread (device 0), one on the first thread after current_device(), then on the
-second thread one forward before any device function and one after current_device()."""
+second thread one forward before any device function and one after current_device().
+
+CUDA_ALLOCATOR_LAYOUT (after the init): "vtable" puts each device's allocator as a
+polymorphic class would lay it out: the vector's elements are made to point at copies
+of the real DeviceCachingAllocators with a vtable pointer (the NativeCachingAllocator's
+own) before them, so that the mutex and DeviceStats are 8 bytes later (the copies are
+this process's memory; the counters are poked there); "alien": at zeroed buffers, no
+allocator of any layout. The vector's own elements are put back at exit (the library's
+destructors free them)."""
 import threading
 import ctypes
 import os
@@ -104,17 +112,53 @@ def _init():
         assert n == 2, n
     ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int)(slots[INIT_SLOT])(obj, n)
     assert ctypes.CFUNCTYPE(ctypes.c_bool, ctypes.c_void_p)(slots[INITIALIZED_SLOT])(obj)
+    if LAYOUT:
+        _relayout()
 
 
-def _stats(d=0):
+LAYOUT = os.environ.get("CUDA_ALLOCATOR_LAYOUT", "")
+
+
+def _vector():
+    """device_allocator's begin: the vector found as evmbpf finds it (once)"""
+    if "vector" in _state:
+        return _state["vector"]
     obj, words = _state["obj"], ()
     for page in range(16):  # a page at a time (quick), never past the vector
         words += struct.unpack("512Q", ctypes.string_at(obj + 4096 * page, 4096))
         for i in range(max(1, 512 * page - 2), len(words) - 2):
             begin, end, cap = words[i:i + 3]
             if begin and end - begin == 16 and cap >= end:
-                return struct.unpack("Q", ctypes.string_at(begin + 8 * d, 8))[0] + 40
+                _state["vector"] = begin
+                return begin
     raise RuntimeError("no device_allocator vector")
+
+
+def _stats(d=0):
+    elem = struct.unpack("Q", ctypes.string_at(_vector() + 8 * d, 8))[0]
+    return elem + (48 if LAYOUT == "vtable" else 40)
+
+
+def _relayout():
+    """CUDA_ALLOCATOR_LAYOUT: the vector's elements at copies laid out another way"""
+    import atexit
+    begin = _vector()
+    slots = (ctypes.c_uint64 * 2).from_address(begin)
+    real = list(slots)
+    keep = []
+    for d, elem in enumerate(real):
+        copy = ctypes.create_string_buffer(2048)
+        if LAYOUT == "vtable":
+            ctypes.memmove(ctypes.addressof(copy), struct.pack("Q", _state["vtable"]), 8)
+            ctypes.memmove(ctypes.addressof(copy) + 8, elem, 2040)
+        keep.append(copy)
+        slots[d] = ctypes.addressof(copy)
+    _state["copies"] = keep
+
+    def restore():
+        for d, elem in enumerate(real):
+            slots[d] = elem
+    atexit.register(restore)
 
 
 def _stats0():

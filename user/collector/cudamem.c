@@ -60,6 +60,9 @@ static const char *const set_device_syms[] = {
 #define STATARRAY_BYTES (3 * STAT_BYTES) /* AGGREGATE, SMALL_POOL, LARGE_POOL */
 #define STATARRAYS 6                  /* allocation ... reserved_bytes */
 #define SCAN_BYTES 0x10000
+#define STATS_TRIES 8                 /* reads of a DeviceStats that does not add up */
+/* CUDA's init seen and still no devices: said once after this long */
+#define INIT_GRACE_NS (1000ull * 1000000ull)
 
 static uint64_t now_ns(void)
 {
@@ -162,8 +165,42 @@ static int stats_plausible(const int64_t *st)
 	return 1;
 }
 
+/* A DeviceStats at addr that validates; a read that does not is done again a few times
+ * (the counters are read without the allocator's lock: a concurrent allocation can be
+ * seen half written). */
+static int stats_valid_at(pid_t pid, uint64_t addr)
+{
+	int64_t st[STATARRAYS * STATARRAY_BYTES / 8];
+	for (int tries = 0; tries < STATS_TRIES; tries++) {
+		if (rd(pid, addr, st, sizeof(st)))
+			return 0;
+		if (stats_plausible(st))
+			return 1;
+		struct timespec ts = { 0, 200 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	return 0;
+}
+
+/* Is elem a DeviceCachingAllocator of this layout: a glibc recursive mutex first (kind 1
+ * at +16), or a vtable pointer then the mutex (kind at +24)? */
+static int looks_like_allocator(pid_t pid, uint64_t elem, int vtable_first)
+{
+	int32_t kind;
+	if (!elem || elem % 8 || rd(pid, elem + (vtable_first ? 24 : 16), &kind, sizeof(kind)) || kind != 1)
+		return 0;
+	if (vtable_first) {
+		uint64_t vt, slot;
+		if (rd(pid, elem, &vt, 8) || !vt || vt % 8 || rd(pid, vt, &slot, 8) || !slot)
+			return 0; /* a vtable: a readable table of code addresses */
+	}
+	return 1;
+}
+
 /* One candidate vector: 1 devices found, 0 not a vector of allocators, -1 allocators
- * whose DeviceStats do not validate. */
+ * whose DeviceStats do not validate. The layout of torch's DeviceCachingAllocator first,
+ * then the same with a vtable pointer before it (a polymorphic allocator class), each
+ * accepted only when every element's DeviceStats validate. */
 static int try_vector(struct cudamem *c, const uint64_t *w)
 {
 	uint64_t begin = w[0], end = w[1], cap = w[2];
@@ -175,21 +212,27 @@ static int try_vector(struct cudamem *c, const uint64_t *w)
 	uint64_t elems[CUDA_MAX_DEVICES];
 	if (rd(c->pid, begin, elems, n * 8))
 		return 0;
-	int bad = 0;
-	for (uint64_t i = 0; i < n; i++) {
-		int32_t kind;
-		int64_t st[STATARRAYS * STATARRAY_BYTES / 8];
-		if (!elems[i] || elems[i] % 8 || rd(c->pid, elems[i] + 16, &kind, sizeof(kind)) || kind != 1)
-			return 0;
-		if (rd(c->pid, elems[i] + CUDA_STATS_IN_DEVICE, st, sizeof(st)) || !stats_plausible(st))
-			bad = 1;
+	int result = 0;
+	for (int vtable_first = 0; vtable_first < 2; vtable_first++) {
+		uint64_t in_device = vtable_first ? CUDA_STATS_IN_DEVICE_VTABLE : CUDA_STATS_IN_DEVICE;
+		int all = 1, bad = 0;
+		for (uint64_t i = 0; i < n && all; i++)
+			all = looks_like_allocator(c->pid, elems[i], vtable_first);
+		if (!all)
+			continue;
+		for (uint64_t i = 0; i < n && !bad; i++)
+			bad = !stats_valid_at(c->pid, elems[i] + in_device);
+		if (bad) {
+			result = -1;
+			continue;
+		}
+		c->ndev = (int)n;
+		c->vtable_first = vtable_first;
+		for (uint64_t i = 0; i < n; i++)
+			c->stats[i] = elems[i] + in_device;
+		return 1;
 	}
-	if (bad)
-		return -1;
-	c->ndev = (int)n;
-	for (uint64_t i = 0; i < n; i++)
-		c->stats[i] = elems[i] + CUDA_STATS_IN_DEVICE;
-	return 1;
+	return result;
 }
 
 static void unsupported(struct cudamem *c, const char *fmt, const char *arg)
@@ -233,11 +276,19 @@ enum cudamem_state cudamem_scan(struct cudamem *c, pid_t pid)
 		unsupported(c, "an unknown CUDA allocator (%.120s)", tn);
 		return c->state;
 	}
-	/* the vector: 8-aligned words of the object, read a page at a time */
+	/* the vector: 8-aligned words of the object, read up to the first page boundary and
+	 * then a page at a time, so that a mapping ending within the range is read to its
+	 * end */
 	static uint64_t buf[SCAN_BYTES / 8 + 2];
 	size_t have = 0;
-	while (have < SCAN_BYTES && !rd(pid, obj + have, (char *)buf + have, 4096))
-		have += 4096;
+	while (have < SCAN_BYTES) {
+		size_t n = 4096 - ((obj + have) & 4095);
+		if (n > SCAN_BYTES - have)
+			n = SCAN_BYTES - have;
+		if (rd(pid, obj + have, (char *)buf + have, n))
+			break;
+		have += n;
+	}
 	int bad = 0;
 	for (size_t i = 1; i + 2 < have / 8; i++) {
 		int r = try_vector(c, buf + i);
@@ -359,6 +410,31 @@ void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b)
 }
 
 static void cudamem_reveal_end(struct session *s);
+
+/* CUDA's init was seen (c10's lazy init ran) and the allocator's devices are still not
+ * found: no layout evmbpf knows validates. Said once, `grace` after the init (the
+ * allocator's own init follows c10's at once; a poll can fall between them). */
+static void init_seen(struct cudamem *c, const char *sign)
+{
+	if (c->init_seen_ns)
+		return;
+	c->init_seen_ns = now_ns();
+	c->init_sign = sign;
+}
+
+static void pending_warn(struct cudamem *c, uint64_t grace)
+{
+	if (c->state != CM_PENDING || !c->init_seen_ns || c->warned_pending ||
+	    now_ns() - c->init_seen_ns < grace)
+		return;
+	c->warned_pending = 1;
+	if (!cudamem_available(c))
+		return; /* no device: null as the reference's anyway */
+	warnx_("warning: CUDA memory: CUDA was initialised (%s) but torch's CUDA allocator (%s) "
+	       "has no per-device allocators of a layout evmbpf knows (a mutex, then DeviceStats "
+	       "that add up; or a vtable pointer before them); `mem` stays null", c->init_sign,
+	       c->lib_path);
+}
 
 /* The threads there now may have set a device already: none is assumed for them until
  * they show it (cuda_unknown). Threads that come later start on device 0, CUDA's
@@ -516,6 +592,7 @@ static void cudamem_reveal_end(struct session *s)
 void cudamem_session_detach(struct session *s)
 {
 	struct cudamem *c = &s->cuda;
+	pending_warn(c, 0); /* the run ended before the grace passed */
 	cudamem_reveal_end(s);
 	ld_unhook(s);
 	for (int i = 0; i < c->nlinks; i++)
@@ -560,11 +637,15 @@ void cudamem_session_step(struct session *s)
 		warnx_("warning: CUDA memory: %s; `mem` stays null", c->why);
 		return;
 	}
+	if (c->state == CM_PENDING && s->ps && __atomic_load_n(&s->ps->cuda_init_armed, __ATOMIC_ACQUIRE))
+		init_seen(c, "c10::cuda::device_count_ensure_non_zero ran");
+	pending_warn(c, INIT_GRACE_NS);
 	if (c->state != CM_READY)
 		return;
 	s->ps->cuda_init_hold = 0;
-	debugx("CUDA: allocator %s at %#lx, device_allocator at +%#lx, %d device(s)", c->type_name,
-	       (unsigned long)c->allocator, (unsigned long)c->vector_off, c->ndev);
+	debugx("CUDA: allocator %s at %#lx, device_allocator at +%#lx (%s), %d device(s)", c->type_name,
+	       (unsigned long)c->allocator, (unsigned long)c->vector_off,
+	       c->vtable_first ? "a vtable pointer, then the mutex" : "the mutex first", c->ndev);
 	if (!cudamem_available(c))
 		return; /* torch.cuda.is_available() is False: the reference writes null */
 	struct proc_state *bss = s->ps;
@@ -639,7 +720,9 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 	if (!(r->flags & MEM_F_INIT))
 		return;
 	/* CUDA's lazy init ran before this module call: the target is stopped (SIGSTOP) */
+	init_seen(&s->cuda, "c10::cuda::device_count_ensure_non_zero ran");
 	cudamem_session_step(s);
+	pending_warn(&s->cuda, 0); /* the allocator's init is done by now */
 	if (++s->cuda.init_holds >= CUDAMEM_INIT_HOLDS)
 		s->ps->cuda_init_hold = 0; /* called again and again without an init: stop no more */
 	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,

@@ -13,8 +13,10 @@
 struct bpf_link;
 
 /* allocated_bytes / reserved_bytes [AGGREGATE] within DeviceStats (torch 2.x headers),
- * and DeviceStats within DeviceCachingAllocator (after its std::recursive_mutex). */
+ * and DeviceStats within DeviceCachingAllocator (after its std::recursive_mutex; 8 bytes
+ * later when the object starts with a vtable pointer: a polymorphic device allocator). */
 #define CUDA_STATS_IN_DEVICE 40
+#define CUDA_STATS_IN_DEVICE_VTABLE 48
 #define CUDA_ALLOCATED_OFF 384
 #define CUDA_RESERVED_OFF 480
 
@@ -39,6 +41,10 @@ struct cudamem {
 	uint64_t allocator;          /* the object it points at */
 	char type_name[160];         /* its dynamic type (RTTI name) */
 	uint64_t vector_off;         /* device_allocator within the object */
+	int vtable_first;            /* its elements start with a vtable pointer */
+	uint64_t init_seen_ns;       /* CLOCK_MONOTONIC when CUDA's init was seen, 0: not yet */
+	const char *init_sign;       /* what showed it */
+	int warned_pending;          /* said once: initialised, no layout validates */
 	int ndev;
 	uint64_t stats[CUDA_MAX_DEVICES];  /* DeviceStats per device */
 	uint64_t set_device_off[8];  /* file offsets of the device-setting functions */

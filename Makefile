@@ -6,7 +6,8 @@
 # make bench      overhead benchmark, side by side
 # make readcost   build/readcost: the cost of one read of user memory (run by hand)
 # make install    install the binary and the man page under $(PREFIX)
-# make static     build/evmbpf-static: one file, no shared library (libc included)
+# make static     build/evmbpf-static: one file, no shared library (libc included), and
+#                 build/evmbpf-gpu/: it with the CUPTI agent, the folder a GPU machine needs
 
 PREFIX   ?= /usr/local
 MANDIR   ?= $(PREFIX)/share/man
@@ -146,7 +147,26 @@ $(BUILD)/evmbpf: $(USER_OBJS)
 STATIC_DIR    := $(BUILD)/static
 STATIC_LDLIBS := -lbpf -lelf -lz -lpcre2-8 -lm
 
-static: $(BUILD)/evmbpf-static
+# ... and build/evmbpf-gpu/: what a machine without a toolchain needs, in one folder to
+# copy: evmbpf (the static binary), evmbpf-cupti.so beside it (where --cupti looks for
+# its agent; when the agent could be built), and AGENT-NEEDS: what the agent needs of
+# the target (the glibc symbol versions and the libraries it links).
+STATIC_BUNDLE := $(BUILD)/evmbpf-gpu
+static: $(BUILD)/evmbpf-static $(STATIC_BUNDLE)/evmbpf
+
+$(STATIC_BUNDLE)/evmbpf: $(BUILD)/evmbpf-static agent
+	$(call msg,BUNDLE,$(STATIC_BUNDLE))
+	$(Q)rm -rf $(STATIC_BUNDLE) && mkdir -p $(STATIC_BUNDLE)
+	$(Q)if [ -f $(AGENT) ]; then cp $(AGENT) $(STATIC_BUNDLE)/ && { \
+		echo "evmbpf-cupti.so (--cupti's agent, loaded into the target) needs:"; \
+		readelf -d $(AGENT) | sed -n 's/.*(NEEDED).*\[\(.*\)\]/  library \1/p'; \
+		readelf -V $(AGENT) | grep -o 'GLIBC_[0-9.]*' | sort -u -t. -k1,1 -k2,2n -k3,3n | \
+			tail -n 1 | sed 's/GLIBC_/  glibc >= /'; \
+		echo "  libcupti of CUDA 12 or 13 in the target, found at run time (EVMBPF_CUPTI_LIB)"; \
+		} > $(STATIC_BUNDLE)/AGENT-NEEDS; \
+	else echo "no CUPTI agent was built (no CUPTI headers): --cupti is not available" \
+		> $(STATIC_BUNDLE)/AGENT-NEEDS; fi
+	$(Q)cp $(BUILD)/evmbpf-static $@
 
 $(STATIC_DIR)/cjson/cJSON.c:
 	$(call msg,FETCH,$@)

@@ -2,7 +2,8 @@
 # The GPU machine's checks, in one call: first whether evmbpf can run there at all (a
 # kernel with BPF and uprobes), then every scripts/gpu/*.sh in order. Each prints PASS,
 # FAIL or SKIP lines and figures; the exit status is 1 when any FAIL was printed.
-# Carry build/evmbpf-static and build/evmbpf-cupti.so (make static agent) to the machine.
+# Carry build/evmbpf-gpu (make static: the static evmbpf and its CUPTI agent) to the
+# machine.
 #   scripts/gpu-check.sh 2>&1 | tee "$OUT/gpu-check.log"
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,15 +1,17 @@
 """`make static`: build/evmbpf-static is one file that needs no shared library, and runs
 as is on another distribution: inside the bullseye chroot (Debian 11: glibc 2.31, no
 libbpf, libelf or cJSON at all) it traces that chroot's own Python and torch 1.7 and
-reads the trace back, with the same result as the dynamic binary on the host."""
+reads the trace back, with the same result as the dynamic binary on the host. And
+build/evmbpf-gpu/, the folder a GPU machine needs (the static binary and the CUPTI
+agent beside it), runs --cupti from wherever it is copied."""
 import os
 import shutil
 import subprocess
 
 import pytest
 
-from evmbpf_testlib import (CHROOT_SH, EVMBPF, REF_WORKLOADS, ROOT, chroot_ensure,
-                            chroot_target, compare_traces, load)
+from evmbpf_testlib import (CHROOT_SH, EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, ROOT,
+                            RUN_WORKLOAD, chroot_ensure, chroot_target, compare_traces, load)
 
 STATIC = os.environ.get("EVMBPF_STATIC", os.path.join(ROOT, "build", "evmbpf-static"))
 WORKLOAD = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
@@ -88,3 +90,32 @@ def test_static_traces_and_reads_in_bullseye(static_bin, tmp_path):
         assert inside.returncode == host.returncode == 0, (args, inside.stderr, host.stderr)
         assert inside.stdout == host.stdout, args
         assert inside.stdout.strip()
+
+
+def test_gpu_bundle_runs_cupti_from_its_own_folder(static_bin, tmp_path):
+    """build/evmbpf-gpu/ (made by `make static`): the static evmbpf with the CUPTI agent
+    beside it, copied elsewhere as to a GPU machine, launches a CPU job with --cupti: the
+    agent is the one beside the binary, loaded into the job (no libcupti here: it gives
+    up with its one warning) and the job is traced."""
+    bundle = os.path.join(ROOT, "build", "evmbpf-gpu")
+    assert os.access(os.path.join(bundle, "evmbpf"), os.X_OK)
+    with open(os.path.join(bundle, "AGENT-NEEDS")) as handle:
+        needs = handle.read()
+    if not os.path.exists(os.path.join(bundle, "evmbpf-cupti.so")):
+        assert "no CUPTI agent was built" in needs
+        pytest.skip("no CUPTI headers: the agent was not built")
+    assert "glibc >= 2." in needs and "libcupti of CUDA 12 or 13" in needs
+    copy = str(tmp_path / "gpu")
+    shutil.copytree(bundle, copy)
+    out = str(tmp_path / "t.jsonl")
+    env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB="/nonexistent/libcupti.so")
+    env.pop("EVMBPF_CUPTI_AGENT", None)
+    got = subprocess.run([os.path.join(copy, "evmbpf"), "-v", "--cupti", "--out", out, "--",
+                          HOST_PYTHON, RUN_WORKLOAD, os.path.join(OWN_WORKLOADS, "cupti_inject.py")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert "InitializeInjection: 1" in got.stdout
+    assert "--cupti: the agent %s/evmbpf-cupti.so" % copy in got.stderr, got.stderr
+    warnings = [l for l in got.stderr.splitlines() if "without GPU activity" in l]
+    assert len(warnings) == 1 and "no libcupti" in warnings[0], got.stderr
+    assert [e for e in load(out) if e["event"] == "enter"]

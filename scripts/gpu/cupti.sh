@@ -13,10 +13,14 @@
 #   tracer's --numeric run (counts, min, max, median equal; mean and std within 1e-9
 #   relative), GPU times adding up with the agent's own kernels apart, and
 #   max_memory_allocated() unchanged by the agent.
-# Needs build/evmbpf-static and build/evmbpf-cupti.so (built against CUDA 12's or 13's
-# headers: it reads either major's libcupti, agent/cupti_layout.h).
+# Needs build/evmbpf-gpu/ (make static: the static evmbpf and evmbpf-cupti.so, built
+# against CUDA 12's or 13's headers: it reads either major's libcupti,
+# agent/cupti_layout.h), or build/evmbpf-static and build/evmbpf-cupti.so.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# the folder `make static` makes (the static evmbpf, its agent beside it), else the two
+# files of build/
+[ -x build/evmbpf-gpu/evmbpf ] && : "${EVMBPF:=build/evmbpf-gpu/evmbpf}"
 EVMBPF=${EVMBPF:-build/evmbpf-static}
 PY=${PYTHON:-python3}
 W=tests/gpu/cupti_workload.py
@@ -26,7 +30,7 @@ for d in build/reference ../shared/reference shared/reference; do
 done
 T=$(mktemp -d)
 [ -x "$EVMBPF" ] || { echo "FAIL cupti: no $EVMBPF (make static; carry it)"; exit 0; }
-[ -f build/evmbpf-cupti.so ] || { echo "FAIL cupti: no build/evmbpf-cupti.so (make agent; carry it)"; exit 0; }
+[ -f "$(dirname "$EVMBPF")/evmbpf-cupti.so" ] || { echo "FAIL cupti: no evmbpf-cupti.so beside $EVMBPF (make static; carry build/evmbpf-gpu)"; exit 0; }
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' ||
 	{ echo "SKIP cupti: torch sees no CUDA device"; exit 0; }
 if [ -n "$REF" ]; then HARNESS="$REF/run_workload.py"; else

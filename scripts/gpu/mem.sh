@@ -9,6 +9,7 @@
 set -uo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
 cd "$REPO"
+[ -x "$REPO/build/evmbpf-gpu/evmbpf" ] && : "${EVMBPF:=$REPO/build/evmbpf-gpu/evmbpf}"
 EVMBPF="${EVMBPF:-$REPO/build/evmbpf-static}"
 PY="${PYTHON:-python3}"
 REF=""
@@ -16,7 +17,7 @@ for d in "${EVMBPF_REFERENCE:-}" build/reference ../shared/reference; do
 	[ -n "$d" ] && [ -f "$d/run_workload.py" ] && REF="$d" && break
 done
 if [ ! -x "$EVMBPF" ]; then
-	echo "FAIL mem: $EVMBPF is missing: run \`make static\` and carry build/evmbpf-static"
+	echo "FAIL mem: $EVMBPF is missing: run \`make static\` and carry build/evmbpf-gpu"
 	exit 1
 fi
 if [ -z "$REF" ]; then

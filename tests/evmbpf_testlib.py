@@ -337,3 +337,29 @@ def pyenv_target(version):
     env["PYTHONPATH"] = STANDIN
     env.pop("PYTHONHOME", None)
     return MatrixTarget("pyenv" + version, python, env=env, kwargs=True)
+
+
+def host_target():
+    return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
+
+
+def cell_target(where, outdir=None):
+    """A cell of the version matrix: host, host-shared (an embedder of the shared
+    libpython3.11, built in outdir), a chroot's name, or pyenvX.Y (the stand-in torch)."""
+    import pytest
+    if where == "host":
+        return host_target()
+    if where == "host-shared":
+        target = host_shared_target(outdir)
+        if target is None:
+            pytest.skip("no python3.11-config (libpython3.11-dev)")
+        return target
+    if where.startswith("pyenv"):
+        target = pyenv_target(where[len("pyenv"):])
+        if target is None:
+            pytest.skip(f"pyenv has no CPython {where[len('pyenv'):]}")
+        return target
+    error = chroot_ensure(where)
+    if error:
+        pytest.fail(f"cannot build the {where} chroot: {error}")
+    return chroot_target(where)

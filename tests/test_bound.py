@@ -13,8 +13,7 @@ import subprocess
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
-                            AttachedCmd, MatrixTarget, chroot_ensure, chroot_target,
-                            compare_traces, host_shared_target, load, pyenv_target,
+                            AttachedCmd, cell_target, compare_traces, host_target, load,
                             torch_major, wait_for_line)
 from numeric_compare import compare_numeric
 
@@ -37,29 +36,6 @@ def full(*values, default=()):
             pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=skip) for v in values]
 
 
-def host_target():
-    return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
-
-
-def cell_target(where, outdir=None):
-    """host, host-shared (an embedder of the shared libpython3.11, built in outdir), a
-    chroot's name, or pyenvX.Y (the stand-in torch)."""
-    if where == "host":
-        return host_target()
-    if where == "host-shared":
-        target = host_shared_target(outdir)
-        if target is None:
-            pytest.skip("no python3.11-config (libpython3.11-dev)")
-        return target
-    if where.startswith("pyenv"):
-        target = pyenv_target(where[len("pyenv"):])
-        if target is None:
-            pytest.skip(f"pyenv has no CPython {where[len('pyenv'):]}")
-        return target
-    error = chroot_ensure(where)
-    if error:
-        pytest.fail(f"cannot build the {where} chroot: {error}")
-    return chroot_target(where)
 
 
 def run_cell(where, path, mode, tmp_path, evmbpf_args=(), ref_args=()):

@@ -14,8 +14,7 @@ import subprocess
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
-                            MatrixTarget, chroot_ensure, chroot_target, debug_registers,
-                            load, pyenv_target, torch_major)
+                            cell_target, debug_registers, load)
 
 pytestmark = pytest.mark.root
 
@@ -96,20 +95,6 @@ def test_header_agrees_with_the_self_test(tmp_path):
 # ------------------------------------------------------------------ bound calls
 
 
-def cell(where):
-    if where == "host":
-        return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
-    if where.startswith("pyenv"):
-        target = pyenv_target(where[len("pyenv"):])
-        if target is None:
-            pytest.skip(f"pyenv has no CPython {where[len('pyenv'):]}")
-        return target
-    error = chroot_ensure(where)
-    if error:
-        pytest.fail(f"cannot build the {where} chroot: {error}")
-    return chroot_target(where)
-
-
 # one cell per interpreter family: frames as PyFrameObjects (3.9/3.10), the 3.11/3.12
 # interpreter frames, 3.13+ (stack references, a C loop per forward)
 @pytest.mark.parametrize("where,shape", [("host", "kwargs"), ("host", "substep"),
@@ -119,7 +104,7 @@ def test_bound_calls_not_followed(where, shape, tmp_path):
     are the reference's, less the bound calls' own enters and exits (the roots of the
     three decoding-like steps; inner.first called as `step(h)`), with what each was
     called with and returned."""
-    target = cell(where).with_outdir(tmp_path)
+    target = cell_target(where).with_outdir(tmp_path)
     path = os.path.join(OWN_WORKLOADS, f"bound_{shape}.py")
     ref = os.path.join(target.outdir, "ref.jsonl")
     out = os.path.join(target.outdir, "got.jsonl")

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, ROOT, compare_traces, load,
-                            run_launch)
+                            run_launch, without_machine_notes)
 
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
@@ -243,7 +243,10 @@ def test_reference_reader_reads_a_trace_with_gpu_events(tmp_path, plain_runs):
     gpu events appended as the collector writes them."""
     path = str(tmp_path / "t.jsonl")
     with open(plain_runs["inject"]) as src, open(path, "w") as dst:
-        dst.write(src.read())
+        # the closing line of a trace written where breakpoints never fire: a mark the
+        # reference reader would count as an event (test_readers' check_all_commands
+        # compares marked traces)
+        dst.write("".join(ln for ln in src if '"event": "unobservable"' not in ln))
     events = load(path)
     enters = [e for e in events if e["event"] == "enter"]
     seq = []
@@ -265,7 +268,12 @@ def test_reference_reader_reads_a_trace_with_gpu_events(tmp_path, plain_runs):
     text = debug.summarize_trace(path)
     ours = subprocess.run([EVMBPF, "summarize", path], capture_output=True, text=True)
     assert ours.returncode == 0, ours.stderr
-    assert ours.stdout == text.replace("  evalmetry debug ", "  evmbpf show ") + "\n"
+    mine = text
+    if load(path)[0].get("tracer", {}).get("watch", {}).get("note_samples") == "not observable":
+        # written where breakpoints never fire: evmbpf's readers say so (test_machines.py)
+        mine = text.replace("none recorded (a batch-size probe, or a document already on "
+                            "disk)", "not observable on this machine")
+    assert ours.stdout == mine.replace("  evalmetry debug ", "  evmbpf show ") + "\n"
     # and but for the count of events it is the text without them
     plain = str(tmp_path / "plain.jsonl")
     with open(plain, "w") as handle:
@@ -464,7 +472,7 @@ def test_channel_gives_every_tensor_the_reference_stats_in_order(stand_in, tmp_p
     log = str(tmp_path / "launches.log")
     got = channel(stand_in, cases, lines, env={"FAKE_CUDA_LOG": log})
     assert got.returncode == 0, got.stderr
-    assert "warning" not in got.stderr, got.stderr
+    assert "warning" not in without_machine_notes(got.stderr), got.stderr
     events = events_of(got.stdout)
     tensors = [e for e in events if e["event"] == "tensor"]
     assert [e["n"] for e in tensors] == list(range(len(cases)))
@@ -718,8 +726,11 @@ def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand
     target's memory). Every such tensor in input_numeric, exit and unwound gets the
     reference's stats of its values; the lines waited for them in order."""
     path = str(tmp_path / "t.jsonl")
+    # the agent's acknowledgement waited for as long as a loaded machine needs (by
+    # default 5 s, then CUDA tensors go without stats, with a warning)
     env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB=stand_in["lib"],
-               EVMBPF_CUDA_LIB=stand_in["lib"], FAKE_CUDA_LOG=str(tmp_path / "launches.log"))
+               EVMBPF_CUDA_LIB=stand_in["lib"], FAKE_CUDA_LOG=str(tmp_path / "launches.log"),
+               EVMBPF_TEST_CUPTI_ACK_MS="120000")
     got = run_launch(FAKE_CUDA, path, evmbpf_args=["--cupti", "--numeric", "-v"], env=env)
     assert got.returncode == 0, got.stderr
     expect = json.loads(next(l for l in got.stdout.splitlines() if l.startswith("EXPECT "))[7:])
@@ -749,7 +760,7 @@ def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand
             _same_stats(e["args"][0]["stats"], expect[others[e["forward"]]], "raiser")
             seen += 1
     assert seen == 16, (seen, [e["event"] for e in events])
-    assert "warning" not in got.stderr, got.stderr
+    assert "warning" not in without_machine_notes(got.stderr), got.stderr
     assert "reduced on the legacy default stream" in got.stderr
     with open(tmp_path / "launches.log") as handle:
         assert sum(1 for line in handle if line.startswith("evm_k_finish")) >= 16

@@ -227,6 +227,7 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 int trace_close(struct trace *t)
 {
 	int rc = 0;
+	int64_t next_i = t->seq + 1; /* of a line written here */
 	if (t->opts.tail > 0) {
 		size_t cap = (size_t)t->opts.tail;
 		for (size_t k = 0; k < t->ring_count && !t->write_failed; k++) {
@@ -238,7 +239,7 @@ int trace_close(struct trace *t)
 		int64_t dropped = t->seq - (int64_t)t->ring_count;
 		if (dropped > 0 && !t->write_failed)
 			fprintf(t->out, "{\"event\": \"dropped\", \"count\": %lld, \"i\": %lld}\n",
-				(long long)dropped, (long long)t->seq + 1);
+				(long long)dropped, (long long)next_i++);
 	}
 	if (t->out && !t->write_failed && t->events && !hw_watch_works()) {
 		/* the header says it too, but a --tail trace may have lost its header */
@@ -248,7 +249,7 @@ int trace_close(struct trace *t)
 			 "\"bound_calls\"], \"why\": ");
 		buf_printf(&b, "\"hardware breakpoints do not fire on this machine\", \"detail\": ");
 		jw_cstr(&b, hw_watch_why(why, sizeof(why)));
-		buf_puts(&b, "}\n");
+		buf_printf(&b, ", \"i\": %lld}\n", (long long)next_i);
 		if (fwrite(b.data, 1, b.len, t->out) != b.len)
 			t->write_failed = errno ? errno : EIO;
 		t->events++;

@@ -301,9 +301,10 @@ cJSON *rd_ev_take_member(struct rd_event *e, const char *key)
 }
 
 /* evmbpf's marks that documents in flight were not observable: the header's
- * tracer.watch.note_samples, or an `unobservable` event naming note_samples (a --tail
- * trace may have lost its header). */
-static void note_unobservable(struct rd_trace *t, struct rd_event *ev)
+ * tracer.watch.note_samples, or the closing `unobservable` line naming note_samples (a
+ * --tail trace may have lost its header). 1 for that line: a mark, not an event of the
+ * work, so the readers pass over it (and read the rest as they read an unmarked trace). */
+static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 {
 	const cJSON *what;
 
@@ -313,17 +314,16 @@ static void note_unobservable(struct rd_trace *t, struct rd_event *ev)
 
 		if (pyv_kind(samples) == PYV_STR && !strcmp(samples->valuestring, "not observable"))
 			t->samples_unobservable = 1;
-		return;
+		return 0;
 	}
 	what = rd_ev_get(ev, "event");
 	if (pyv_kind(what) != PYV_STR || strcmp(what->valuestring, "unobservable"))
-		return;
+		return 0;
 	what = rd_ev_get(ev, "what");
-	if (pyv_kind(what) != PYV_LIST)
-		return;
-	for (const cJSON *w = what->child; w; w = w->next)
+	for (const cJSON *w = pyv_kind(what) == PYV_LIST ? what->child : NULL; w; w = w->next)
 		if (pyv_kind(w) == PYV_STR && !strcmp(w->valuestring, "note_samples"))
 			t->samples_unobservable = 1;
+	return 1;
 }
 
 int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
@@ -351,8 +351,11 @@ int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 		ev->line = line;
 		ev->len = len;
 		ev->kind = kind_of(ev);
-		if (ev->kind == RD_HEADER || ev->kind == RD_OTHER)
-			note_unobservable(t, ev);
+		if ((ev->kind == RD_HEADER || ev->kind == RD_OTHER) && note_unobservable(t, ev)) {
+			t->events--;
+			rd_ev_clear(ev);
+			continue;
+		}
 		return 1;
 	}
 	report_pending(t, 1);

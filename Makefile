@@ -182,6 +182,12 @@ $(BUILD)/evmbpf-static: $(USER_OBJS) $(STATIC_DIR)/cJSON.o
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(CFLAGS) -static $^ $(STATIC_LDLIBS) -o $@
 
+# The shape of the code: parts, floors, arrows, circles, and the size limits
+# (scripts/check-structure.py; exit 1 while a circle or a limit remains)
+.PHONY: check-structure
+check-structure:
+	$(PYTHON) scripts/check-structure.py
+
 # Every header's change rebuilds each object that includes it, directly or not.
 check-deps: $(BUILD)/evmbpf
 	$(PYTHON) scripts/check-deps.py

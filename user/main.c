@@ -109,6 +109,29 @@ static int is_reader(const char *cmd)
 	       !strcmp(cmd, "export");
 }
 
+/* --probe-floor[=pair|entry|at:ADDRESS] */
+static int parse_floor(const char *arg, struct tracer_opts *opts)
+{
+	opts->probe_floor = FLOOR_PAIR;
+	if (!arg || !strcmp(arg, "pair"))
+		return 0;
+	if (!strcmp(arg, "entry")) {
+		opts->probe_floor = FLOOR_ENTRY;
+		return 0;
+	}
+	if (!strncmp(arg, "at:", 3)) {
+		char *end;
+		errno = 0;
+		opts->probe_floor_at = strtoull(arg + 3, &end, 0);
+		if (!errno && end != arg + 3 && !*end && opts->probe_floor_at) {
+			opts->probe_floor = FLOOR_AT;
+			return 0;
+		}
+	}
+	warnx_("--probe-floor=%s: give pair, entry or at:ADDRESS", arg);
+	return -1;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && is_reader(argv[1]))
@@ -229,24 +252,9 @@ int main(int argc, char **argv)
 			opts.stats = optarg;
 			break;
 		case 'B':
-			opts.probe_floor = FLOOR_PAIR;
-			if (!optarg || !strcmp(optarg, "pair"))
-				break;
-			if (!strcmp(optarg, "entry")) {
-				opts.probe_floor = FLOOR_ENTRY;
-				break;
-			}
-			if (!strncmp(optarg, "at:", 3)) {
-				char *end;
-				errno = 0;
-				opts.probe_floor_at = strtoull(optarg + 3, &end, 0);
-				if (!errno && end != optarg + 3 && !*end && opts.probe_floor_at) {
-					opts.probe_floor = FLOOR_AT;
-					break;
-				}
-			}
-			warnx_("--probe-floor=%s: give pair, entry or at:ADDRESS", optarg);
-			return 2;
+			if (parse_floor(optarg, &opts))
+				return 2;
+			break;
 		case 'q':
 			opts.quiet = 1;
 			break;

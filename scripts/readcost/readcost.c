@@ -1,14 +1,31 @@
 // SPDX-License-Identifier: GPL-2.0
 /* readcost: the cost of one read of user memory from a uprobe program, by size, place
- * (same page or across a page boundary, hot or cold) and primitive (bpf_probe_read_user,
- * bpf_copy_from_user and bpf_copy_from_user_task in a sleepable uprobe,
- * bpf_probe_read_kernel for comparison). Run by hand, as root: build/readcost [ROUNDS].
+ * and primitive (bpf_probe_read_user into a global, a per-CPU map value or the BPF stack;
+ * bpf_probe_read_user, bpf_copy_from_user and bpf_copy_from_user_task in a sleepable
+ * uprobe; bpf_probe_read_kernel for comparison). Run by hand, as root:
+ * build/readcost [ROUNDS] (default 20).
  *
- * Each cell: ROUNDS rounds of 64 calls of the probed function, 256 reads a call; the
- * cell's ns per read is the minimum over the rounds of (time in the loop / reads), less
- * the same loop's time without a read (mode 0). "cold" reads walk a 256 MiB buffer a page
- * and a cache line apart per read (each read a TLB and cache miss); "hot" reads one place
- * again and again. */
+ * Places, each read of SIZE bytes starting at:
+ *   hot    one address, read again and again (the line and its page in every cache);
+ *   cross  one address SIZE/2 before a page boundary, again and again;
+ *   cold   a page of a 256 MiB pool that the kernel has read before, the next page at
+ *          each read (65,536 pages between two reads of one page: not in the TLB), its
+ *          lines flushed from the caches (clflush from user space) just before the call:
+ *          what a read of an object the program has not seen for a while costs;
+ *   first  a page of a fresh mapping that user space has written once (the page exists
+ *          in the process's page tables) and the kernel has never read, its lines
+ *          flushed: the first kernel-mode touch of a user page, a new page at each read.
+ * The pool and the fresh mappings are MADV_NOHUGEPAGE (4 KiB pages).
+ *
+ * Two timings of each cell:
+ *   loop   ROUNDS rounds of CALLS calls of the probed function, 256 reads a call between
+ *          two bpf_ktime_get_ns(): per round, time / reads, less the same loop without a
+ *          read; printed: the minimum and the median over the rounds;
+ *   read   each read timed on its own (a bpf_ktime_get_ns() on each side), ROUNDS x CALLS
+ *          x 256 of them, less the median of the same timing around no read (printed
+ *          first: what two bpf_ktime_get_ns() cost here); printed: the minimum, median,
+ *          90th and 99th percentile, and the mean.
+ * hot and cross make 64 calls a round, cold and first 4. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,12 +36,15 @@
 #include "readcost.skel.h"
 
 #define ITERS 256
-#define CALLS 64
-#define COLD_SPAN (256UL << 20)
-#define COLD_STRIDE (4096 + 64)
+#define CALLS_HOT 64
+#define CALLS_COLD 4
+#define PAGE 4096UL
+#define POOL (256UL << 20)
 
 enum { M_NONE, M_PROBE_READ_USER, M_COPY_FROM_USER, M_COPY_FROM_USER_TASK,
        M_PROBE_READ_KERNEL, M_PROBE_READ_USER_STACK, M_PROBE_READ_USER_PERCPU };
+enum { P_HOT, P_CROSS, P_COLD, P_FIRST, P_N };
+static const char *place_name[P_N] = { "hot", "cross", "cold", "first" };
 
 __attribute__((noinline)) void readcost_target(void)
 {
@@ -32,31 +52,121 @@ __attribute__((noinline)) void readcost_target(void)
 }
 
 static struct readcost_bpf *skel;
+static uint8_t *pool;
 
-static double cell(int mode, int sleepable, uint64_t base, uint64_t stride, uint64_t span,
-		   uint32_t size, int rounds, uint64_t *fails)
+struct stats {
+	double loop_min, loop_med; /* ns per read, the loop's */
+	double min, p50, p90, p99, mean; /* ns per read, each timed */
+	uint64_t fails;
+};
+
+static int cmp_u64(const void *a, const void *b)
 {
-	double best = 1e18;
-	skel->bss->base = base;
-	skel->bss->stride = stride;
-	skel->bss->span = span;
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static void flush_lines(uint64_t at, uint32_t n)
+{
+	for (uint64_t l = at & ~63UL; l < at + n; l += 64)
+		__builtin_ia32_clflush((void *)l);
+}
+
+/* Before a call at `place`: set base/offset so that the call's reads are where the
+ * place says, and make their lines cold. Returns the fresh mapping to unmap after. */
+static void *prepare(int place, uint64_t hot, uint32_t n)
+{
+	if (place == P_COLD) {
+		uint64_t o = skel->bss->off;
+		for (int i = 0; i < ITERS; i++) {
+			flush_lines((uint64_t)pool + o, n);
+			o = (o + PAGE) % POOL;
+		}
+		__builtin_ia32_mfence();
+		return NULL;
+	}
+	if (place == P_FIRST) {
+		size_t len = (ITERS + 1) * PAGE;
+		uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				  -1, 0);
+		if (m == MAP_FAILED)
+			return NULL;
+		madvise(m, len, MADV_NOHUGEPAGE);
+		for (size_t i = 0; i < len; i += PAGE)
+			m[i + PAGE - 1] = 1; /* the page exists; the line read is another */
+		for (int i = 0; i < ITERS; i++)
+			flush_lines((uint64_t)m + i * PAGE, n);
+		__builtin_ia32_mfence();
+		skel->bss->base = (uint64_t)m;
+		skel->bss->off = 0;
+		return m;
+	}
+	skel->bss->base = hot;
+	skel->bss->off = 0;
+	return NULL;
+}
+
+static void cell(int mode, int sleepable, int place, uint64_t hot, uint32_t size, int rounds,
+		 struct stats *st)
+{
+	int calls = place >= P_COLD ? CALLS_COLD : CALLS_HOT;
+	size_t nlat = (size_t)rounds * calls * ITERS, k = 0;
+	uint64_t *lat = malloc(nlat * sizeof(*lat));
+	double *loop = malloc(rounds * sizeof(*loop));
+	memset(st, 0, sizeof(*st));
 	skel->bss->size = size;
 	skel->bss->iters = ITERS;
 	skel->bss->mode = mode;
 	skel->bss->sleepable = sleepable;
-	*fails = 0;
-	for (int r = 0; r < rounds; r++) {
-		skel->bss->ns = skel->bss->calls = skel->bss->reads = skel->bss->fails = 0;
-		for (int c = 0; c < CALLS; c++)
-			readcost_target();
-		if (!skel->bss->reads)
-			return -1;
-		double per = (double)skel->bss->ns / (double)skel->bss->reads;
-		if (per < best)
-			best = per;
-		*fails += skel->bss->fails;
+	skel->bss->stride = place == P_COLD || place == P_FIRST ? PAGE : 0;
+	skel->bss->span = place == P_COLD ? POOL : place == P_FIRST ? ITERS * PAGE : 1;
+	if (place == P_COLD)
+		skel->bss->base = (uint64_t)pool;
+	if (place == P_CROSS)
+		hot += PAGE - size / 2;
+	for (int each = 0; each < 2; each++) {
+		skel->bss->per_read = each;
+		for (int r = 0; r < rounds; r++) {
+			uint64_t ns = 0, reads = 0;
+			for (int c = 0; c < calls; c++) {
+				void *m = prepare(place, hot, size);
+				skel->bss->ns = skel->bss->reads = skel->bss->fails = 0;
+				readcost_target();
+				ns += skel->bss->ns;
+				reads += skel->bss->reads;
+				st->fails += skel->bss->fails;
+				if (each)
+					for (int i = 0; i < ITERS && k < nlat; i++)
+						lat[k++] = skel->bss->lat[i];
+				if (m)
+					munmap(m, (ITERS + 1) * PAGE);
+			}
+			if (!each)
+				loop[r] = reads ? (double)ns / reads : 0;
+		}
 	}
-	return best;
+	qsort(loop, rounds, sizeof(*loop), cmp_dbl);
+	st->loop_min = loop[0];
+	st->loop_med = loop[rounds / 2];
+	qsort(lat, k, sizeof(*lat), cmp_u64);
+	if (k) {
+		double sum = 0;
+		for (size_t i = 0; i < k; i++)
+			sum += lat[i];
+		st->min = lat[0];
+		st->p50 = lat[k / 2];
+		st->p90 = lat[k * 9 / 10];
+		st->p99 = lat[k * 99 / 100];
+		st->mean = sum / k;
+	}
+	free(lat);
+	free(loop);
 }
 
 int main(int argc, char **argv)
@@ -81,48 +191,75 @@ int main(int argc, char **argv)
 		fprintf(stderr, "readcost: attaching the uprobes failed (%s)\n", strerror(errno));
 		return 1;
 	}
-	uint8_t *cold = mmap(NULL, COLD_SPAN + 8192, PROT_READ | PROT_WRITE,
-			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (cold == MAP_FAILED) {
-		fprintf(stderr, "readcost: no memory for the cold buffer (%s)\n", strerror(errno));
+	uint8_t *hotbuf = mmap(NULL, 3 * PAGE, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	pool = mmap(NULL, POOL + 2 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		    -1, 0);
+	if (hotbuf == MAP_FAILED || pool == MAP_FAILED) {
+		fprintf(stderr, "readcost: no memory for the buffers (%s)\n", strerror(errno));
 		return 1;
 	}
-	for (size_t i = 0; i < COLD_SPAN + 8192; i += 4096)
-		cold[i] = 1; /* faulted in: a read never finds a page missing */
-	uint64_t page = (uint64_t)cold + 4096; /* page aligned */
+	madvise(pool, POOL + 2 * PAGE, MADV_NOHUGEPAGE);
+	for (size_t i = 0; i < 3 * PAGE; i += PAGE)
+		hotbuf[i] = 1;
+	for (size_t i = 0; i < POOL + 2 * PAGE; i += PAGE)
+		pool[i + PAGE - 1] = 1; /* faulted in */
+	uint64_t hot = (uint64_t)hotbuf; /* page aligned; the next page is there too */
+
+	/* the kernel reads every page of the pool once: its cold reads are of pages it knows */
+	skel->bss->base = (uint64_t)pool;
+	skel->bss->off = 0;
+	skel->bss->stride = PAGE;
+	skel->bss->span = POOL;
+	skel->bss->size = 8;
+	skel->bss->iters = ITERS;
+	skel->bss->mode = M_PROBE_READ_USER;
+	skel->bss->sleepable = 0;
+	skel->bss->per_read = 0;
+	for (size_t c = 0; c < POOL / PAGE / ITERS; c++)
+		readcost_target();
 
 	static const uint32_t sizes[] = { 8, 64, 256, 1024, 2048, 4096 };
-	static const struct { const char *name; int mode, sleepable; } prims[] = {
-		{ "bpf_probe_read_user (to a global)", M_PROBE_READ_USER, 0 },
-		{ "bpf_probe_read_user (to per-CPU)", M_PROBE_READ_USER_PERCPU, 0 },
-		{ "bpf_probe_read_user (to the stack)", M_PROBE_READ_USER_STACK, 0 },
-		{ "bpf_probe_read_user (uprobe.s)", M_PROBE_READ_USER, 1 },
-		{ "bpf_copy_from_user (uprobe.s)", M_COPY_FROM_USER, 1 },
-		{ "bpf_copy_from_user_task (uprobe.s)", M_COPY_FROM_USER_TASK, 1 },
-		{ "bpf_probe_read_kernel", M_PROBE_READ_KERNEL, 0 },
+	static const struct { const char *name; int mode, sleepable, places; } prims[] = {
+		{ "bpf_probe_read_user (to a global)", M_PROBE_READ_USER, 0, P_N },
+		{ "bpf_probe_read_user (to per-CPU)", M_PROBE_READ_USER_PERCPU, 0, P_N },
+		{ "bpf_probe_read_user (to the stack)", M_PROBE_READ_USER_STACK, 0, P_N },
+		{ "bpf_probe_read_user (uprobe.s)", M_PROBE_READ_USER, 1, P_N },
+		{ "bpf_copy_from_user (uprobe.s)", M_COPY_FROM_USER, 1, P_N },
+		{ "bpf_copy_from_user_task (uprobe.s)", M_COPY_FROM_USER_TASK, 1, P_N },
+		{ "bpf_probe_read_kernel", M_PROBE_READ_KERNEL, 0, 1 },
 	};
-	uint64_t f;
-	double empty[2] = { cell(M_NONE, 0, page, 0, 1, 8, rounds, &f),
-			    cell(M_NONE, 1, page, 0, 1, 8, rounds, &f) };
-	printf("loop without a read: %.1f ns (uprobe), %.1f ns (uprobe.s) an iteration\n",
-	       empty[0], empty[1]);
-	printf("ns per read, minimum of %d rounds of %d x %d reads, the empty loop taken away\n",
-	       rounds, CALLS, ITERS);
-	printf("%-36s %5s %8s %8s %8s\n", "primitive", "bytes", "hot", "crossing", "cold");
+	struct stats empty[2][P_N];
+	for (int s = 0; s < 2; s++)
+		for (int p = 0; p < P_N; p++)
+			cell(M_NONE, s, p, hot, 8, rounds, &empty[s][p]);
+	printf("no read, ns: the loop's iteration %.1f (uprobe), %.1f (uprobe.s); two "
+	       "bpf_ktime_get_ns() around nothing: min %.0f, median %.0f, p90 %.0f, "
+	       "p99 %.0f (uprobe)\n", empty[0][P_HOT].loop_med, empty[1][P_HOT].loop_med,
+	       empty[0][P_HOT].min, empty[0][P_HOT].p50, empty[0][P_HOT].p90,
+	       empty[0][P_HOT].p99);
+	printf("ns per read, less the same timing around no read. loop: over 256 reads, min "
+	       "and median of %d rounds; read: each timed, %d rounds (min, percentiles, mean)\n",
+	       rounds, rounds);
+	printf("%-36s %5s %-5s %8s %8s | %7s %7s %7s %7s %7s\n", "primitive", "bytes", "place",
+	       "loop.min", "loop.med", "min", "p50", "p90", "p99", "mean");
 	for (size_t p = 0; p < sizeof(prims) / sizeof(prims[0]); p++) {
 		for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 			uint32_t n = sizes[s];
 			if (prims[p].mode == M_PROBE_READ_USER_STACK && n > 256)
 				continue; /* the BPF stack holds 512 bytes */
-			uint64_t fh, fx, fc;
-			double e = empty[prims[p].sleepable];
-			double hot = cell(prims[p].mode, prims[p].sleepable, page, 0, 1, n, rounds, &fh);
-			double cross = cell(prims[p].mode, prims[p].sleepable, page + 4096 - n / 2, 0,
-					    1, n, rounds, &fx);
-			double cld = cell(prims[p].mode, prims[p].sleepable, page, COLD_STRIDE,
-					  COLD_SPAN - 4096, n, rounds, &fc);
-			printf("%-36s %5u %8.1f %8.1f %8.1f%s\n", prims[p].name, n, hot - e,
-			       cross - e, cld - e, fh || fx || fc ? "  (some reads failed)" : "");
+			for (int pl = 0; pl < prims[p].places; pl++) {
+				struct stats st;
+				const struct stats *e = &empty[prims[p].sleepable][pl];
+				double b = e->p50;
+				cell(prims[p].mode, prims[p].sleepable, pl, hot, n, rounds, &st);
+				printf("%-36s %5u %-5s %8.1f %8.1f | %7.0f %7.0f %7.0f %7.0f %7.0f%s\n",
+				       prims[p].name, n, prims[p].places == 1 ? "-" : place_name[pl],
+				       st.loop_min - e->loop_min, st.loop_med - e->loop_med,
+				       st.min - b, st.p50 - b, st.p90 - b, st.p99 - b, st.mean - b,
+				       st.fails ? "  (some reads failed)" : "");
+				fflush(stdout);
+			}
 		}
 	}
 	bpf_link__destroy(l2);

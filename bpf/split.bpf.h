@@ -26,48 +26,60 @@ static __always_inline struct scratch *scratch_here(void)
 __noinline int node_int(__u64 obj, __u32 kind)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_INT);
 	if (s)
 		emit_int(s, node_here(s), obj, kind);
+	readcount_what_now(0);
 	return 0;
 }
 
 __noinline int node_str(__u64 obj)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_STR);
 	if (s)
 		emit_str(s, node_here(s), obj);
+	readcount_what_now(0);
 	return 0;
 }
 
 __noinline int node_seq(__u64 obj, __u32 kind, __u32 depth, __u32 is_key)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_SEQ);
 	if (s)
 		expand_seq(s, node_here(s), obj, kind, depth, is_key);
+	readcount_what_now(0);
 	return 0;
 }
 
 __noinline int node_dict(__u64 obj, __u32 depth)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_DICT);
 	if (s)
 		expand_dict(s, node_here(s), obj, depth);
+	readcount_what_now(0);
 	return 0;
 }
 
 __noinline int node_tensor(__u64 obj)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_TENSOR);
 	if (s)
 		emit_tensor(s, node_here(s), obj);
+	readcount_what_now(0);
 	return 0;
 }
 
 __noinline int node_cache(__u64 obj)
 {
 	struct scratch *s = scratch_here();
+	readcount_what_now(RC_W_CACHE);
 	if (s)
 		emit_cache(s, node_here(s), obj);
+	readcount_what_now(0);
 	return 0;
 }
 

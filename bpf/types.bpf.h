@@ -47,7 +47,9 @@ __noinline __u8 classify_type(__u64 type)
 	__u32 slot = ((type >> 4) ^ (type >> 12)) & (TYPE_CACHE - 1);
 	if (tc && tc->type[slot] == key)
 		return tc->kind[slot];
+	readcount_what_type();
 	__u8 kind = classify_type_slow(ps, type);
+	readcount_what_type_end();
 	if (tc) {
 		tc->type[slot] = key;
 		tc->kind[slot] = kind;

@@ -149,9 +149,14 @@ static __always_inline int win_read(struct scratch *s, struct work *w, __u32 pos
 			len = need;
 		asm volatile("" : "+r"(len));
 		len &= 511;
+		readcount_what_now(w->kind == W_DICT ? RC_W_DICT_ITEMS : RC_W_SEQ_ITEMS);
 		if (len > WIN_BYTES || len < 8 ||
-		    bpf_probe_read_user(s->win[slot], len, (void *)at))
-			return bpf_probe_read_user(dst, need & 31, (void *)at) ? -1 : 0;
+		    bpf_probe_read_user(s->win[slot], len, (void *)at)) {
+			int bad = bpf_probe_read_user(dst, need & 31, (void *)at) ? -1 : 0;
+			readcount_what_now(0);
+			return bad;
+		}
+		readcount_what_now(0);
 		s->win_who[slot] = pos + 1;
 		w->wbase = at;
 		w->wlen = len;

@@ -12,7 +12,8 @@
  * libcupti's are. fake_cupti_work(n) (tests/cupti/agent_host.c calls it): the calling
  * thread enters n kernel launches, a copy and a set through the subscriber's callback,
  * and their records, with a device allocation, its release and a pool's creation, wait
- * for cuptiActivityFlushAll (the agent's at exit), which hands them over in one buffer. */
+ * for cuptiActivityFlushAll (the agent's at exit), which hands them over in one buffer;
+ * each call's correlation ids are new ones. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,9 +125,10 @@ static void enter(CUpti_CallbackDomain domain, CUpti_CallbackId id, uint32_t cor
 /* kernel k: GPU time 1000 * (k + 1) ns; the copy 4096 bytes in 50 ns, the set 128 bytes */
 API void fake_cupti_work(int n)
 {
+	static uint32_t next_corr = 100;   /* correlation ids are never reused */
 	if (!api_cb)
 		return;   /* not the libcupti the agent subscribed to */
-	uint32_t corr = 100;
+	uint32_t corr = next_corr;
 	for (int k = 0; k < n; k++, corr++) {
 		enter(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, corr);
 		kernel_rec_t r;
@@ -166,6 +168,7 @@ API void fake_cupti_work(int n)
 	p.memoryPoolOperationType = CUPTI_ACTIVITY_MEMORY_POOL_OPERATION_TYPE_CREATED;
 	p.address = 0x7f0000400000ull, p.size = 1u << 20, p.deviceId = 1;
 	queue(&p, sizeof(p));
+	next_corr = corr + 1;
 }
 
 /* ---- the driver ---- */

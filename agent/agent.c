@@ -488,6 +488,7 @@ EXPORT int InitializeInjection(void)
 		if (rc != CUPTI_SUCCESS && kinds[i] == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
 			return give_up("cuptiActivityEnable(kernels): %s", result_text(rc));
 	}
+	ring->cupti_version = version;   /* the trace header's, before state says it runs */
 	put(CR_AGENT, tid_now(), version, CUPTI_API_VERSION, 0, 0, 0, 0);
 	__atomic_store_n(&ring->state, 1, __ATOMIC_RELEASE);
 	agent_numeric_start(ring);   /* --numeric: CUDA tensors' stats on the device */

@@ -71,7 +71,10 @@ struct cupti_ring {
 	char lib_how[CUPTI_HOW_MAX];    /* how it was chosen: "EVMBPF_CUPTI_LIB", "mapped",
 					 * "libcudart.so.N" (the major of the mapped runtime),
 					 * "search" */
-	char pad[4096 - 48 - CUPTI_NOTE_MAX - CUPTI_LIB_MAX - CUPTI_HOW_MAX];
+	uint32_t cupti_version;         /* that libcupti's CUPTI API version, written before
+					 * CR_AGENT (0: not known yet) */
+	uint32_t unused;
+	char pad[4096 - 56 - CUPTI_NOTE_MAX - CUPTI_LIB_MAX - CUPTI_HOW_MAX];
 	struct cupti_slot slots[];
 };
 

@@ -103,6 +103,7 @@ def test_cpu_job_with_cupti_is_traced_as_without_it(tmp_path, plain_runs):
     assert "--cupti: the command never initialised CUDA" in b.stderr
     assert b.stderr.count("--cupti") == 1
     assert not [e for e in load(with_cupti) if e["event"].startswith("gpu")]
+    assert "cupti" not in load(with_cupti)[0]["tracer"]   # no agent ran: no libcupti to name
 
 
 @need_agent
@@ -690,6 +691,32 @@ def test_which_libcupti_the_agent_opens(stand_in, wheels, preload, want, how):
     assert (summary["cupti"]["lib"], summary["cupti"]["how"]) == (wheels[want], how), summary
     assert summary["cupti"]["cuda"] == int(want.rsplit(".", 1)[1])
     assert "with %s (%s;" % (wheels[want], how) in err, err
+
+
+STANDIN_GPU = os.path.join(OWN_WORKLOADS, "cupti_standin.py")
+
+
+@need_agent
+@pytest.mark.parametrize("major", [12, 13])
+def test_trace_header_names_the_libcupti_the_agent_took(tmp_path, stand_in, majors, major):
+    """A launched job whose agent runs before its first module call (loaded as the driver
+    would, then each leaf module "launches" a kernel through the stand-in libcupti of
+    that major): the header's tracer.cupti names the libcupti, how it was chosen, its
+    CUPTI API version and CUDA major, as gpu_summary does; the kernels are the modules'."""
+    if major not in majors:
+        pytest.skip("no CUDA %d CUPTI headers here" % major)
+    lib, api = majors[major]
+    path = str(tmp_path / "t.jsonl")
+    env = dict(os.environ, EVMBPF_TEST_INJECT="1", EVMBPF_CUPTI_LIB=lib, EVMBPF_CUDA_LIB=lib)
+    got = run_launch(STANDIN_GPU, path, evmbpf_args=["--cupti"], env=env)
+    assert got.returncode == 0, got.stderr
+    events = load(path)
+    want = {"lib": os.path.realpath(lib), "how": "EVMBPF_CUPTI_LIB", "version": api, "cuda": major}
+    assert events[0]["tracer"]["cupti"] == want, events[0]
+    summary = [e for e in events if e["event"] == "gpu_summary"]
+    assert len(summary) == 1 and summary[0]["cupti"] == want
+    assert (summary[0]["kernels"], summary[0]["unattributed_kernels"]) == (6, 0)
+    assert "warning" not in without_machine_notes(got.stderr), got.stderr
 
 
 # ---- --numeric --cupti with launched CPU jobs ----

@@ -28,6 +28,13 @@ if summ:
     check(own + s["unattributed_gpu_ns"] == s["gpu_ns"],
           "module calls' own GPU time (%d ns) + unattributed (%d ns) = the CUPTI kernel total (%d ns)"
           % (own, s["unattributed_gpu_ns"], s["gpu_ns"]))
+    head = ev[0].get("tracer", {}).get("cupti")
+    if head is not None:
+        check(head == s.get("cupti"), "the trace header names the libcupti the agent took, as "
+              "gpu_summary does: %s" % json.dumps(head))
+    else:
+        print("  the header names no libcupti (the agent started after the first module "
+              "call); gpu_summary's: %s" % json.dumps(s.get("cupti")))
     roots = [e for e in calls if e["module"] == "<root>"]
     check(sum(e["gpu_ns"] for e in roots) + s["unattributed_gpu_ns"] == s["gpu_ns"],
           "the forwards' GPU times (%d roots) + unattributed = the total" % len(roots))

@@ -114,6 +114,7 @@ void cupti_attach_trace(struct trace *t)
 		return;
 	c.trace = t;
 	t->gpu = &c.calls;
+	c.calls.ring = c.ring;   /* the trace header's `cupti`, when the agent runs by then */
 	if (t->opts.numeric) /* before the command runs: the agent reads it at cuInit */
 		cupti_numeric_setup(c.ring, t, t->opts.stop_on_nonfinite);
 	/* only the command needs them; its children see them through its environment */
@@ -171,11 +172,7 @@ static void write_mem(struct trace *t, const struct cupti_rec *r)
 		       call ? " in " : "", call ? c.calls.calls[call - 1].module : "");
 }
 
-/* CUDA's major of a CUPTI API version (13's count 130000 up, 12's 18 to 24) */
-static uint64_t cuda_major(uint64_t api)
-{
-	return api >= 100000 ? api / 10000 : api >= 18 ? 12 : 11;
-}
+#define cuda_major gpu_cuda_major
 
 /* which libcupti the agent opened, and how it chose it (the ring's header) */
 static void agent_lib(struct gpu_calls *g)

@@ -250,3 +250,23 @@ void gpu_calls_resolve(struct gpu_calls *g)
 		if (g->calls[i].parent)
 			add(&g->calls[g->calls[i].parent - 1].total, &g->calls[i].total);
 }
+
+int gpu_calls_cupti(const struct gpu_calls *g, char lib[CUPTI_LIB_MAX], char how[CUPTI_HOW_MAX],
+		    uint64_t *version)
+{
+	const struct cupti_ring *r = g ? g->ring : NULL;
+	uint32_t state = r ? __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) : 0;
+	if (state != 1 && state != 3)
+		return 0;
+	memcpy(lib, r->lib, CUPTI_LIB_MAX);
+	lib[CUPTI_LIB_MAX - 1] = 0;
+	memcpy(how, r->lib_how, CUPTI_HOW_MAX);
+	how[CUPTI_HOW_MAX - 1] = 0;
+	*version = r->cupti_version;
+	return 1;
+}
+
+uint64_t gpu_cuda_major(uint64_t api)
+{
+	return api >= 100000 ? api / 10000 : api >= 18 ? 12 : 11;
+}

@@ -57,6 +57,7 @@ struct gpu_calls {
 	int agent_seen;
 	uint64_t cupti_version;      /* its CUPTI API version */
 	char cupti_lib[CUPTI_LIB_MAX], cupti_how[CUPTI_HOW_MAX];
+	const struct cupti_ring *ring;   /* the agent's ring (--cupti), or NULL */
 };
 
 void gpu_calls_init(struct gpu_calls *g);
@@ -67,6 +68,13 @@ void gpu_calls_enter(struct gpu_calls *g, uint32_t tid, int64_t call_id, const c
 void gpu_calls_exit(struct gpu_calls *g, uint32_t tid, int64_t call_id, uint64_t ns);
 /* One agent record: CR_API, CR_KERNEL, CR_MEMCPY, CR_MEMSET, CR_LOST (others ignored). */
 void gpu_calls_record(struct gpu_calls *g, const struct cupti_rec *r);
+/* The libcupti the agent runs with, as the ring's header says it while the agent runs
+ * (or has finished): 1 and lib, how, its CUPTI API version (0: not said); 0 when the
+ * agent has not started (CUDA not initialised yet), or gave up. */
+int gpu_calls_cupti(const struct gpu_calls *g, char lib[CUPTI_LIB_MAX],
+		    char how[CUPTI_HOW_MAX], uint64_t *version);
+/* CUDA's major of a CUPTI API version (13's count 130000 up, 12's 18 to 24) */
+uint64_t gpu_cuda_major(uint64_t api);
 /* The innermost call running on tid at ns (index + 1), or 0. */
 size_t gpu_calls_at(const struct gpu_calls *g, uint32_t tid, uint64_t ns);
 /* Attribute every record and sum the totals (once, at the end). */

@@ -13,6 +13,7 @@
 
 #include "cupti_numeric.h"
 #include "describe.h"
+#include "gpu_calls.h"
 #include "hwwatch.h"
 #include "jsonw.h"
 #include "numeric.h"
@@ -133,11 +134,23 @@ void trace_header(struct trace *t)
 	/* what watches the hardware breakpoints: documents in flight, bound calls' returns */
 	int hw = hw_watch_works();
 	buf_printf(&b, ", \"watch\": {\"debug_registers\": \"%s\", \"note_samples\": \"%s\", "
-		   "\"bound_calls\": \"%s\"}}",
+		   "\"bound_calls\": \"%s\"}",
 		   hw ? "fire" : hw_watch_check()->opened ? "do not fire" : "refused",
 		   hw ? "hardware breakpoint" : "not observable",
 		   hw ? "hardware breakpoints" : "not followed");
-	buf_putc(&b, '}');
+	/* --cupti: the libcupti the agent took, when it runs by now (else gpu_summary's) */
+	char lib[CUPTI_LIB_MAX], how[CUPTI_HOW_MAX];
+	uint64_t version;
+	if (gpu_calls_cupti(t->gpu, lib, how, &version)) {
+		int f = 1;
+		buf_puts(&b, ", \"cupti\": {");
+		jw_key(&b, &f, "lib"), jw_cstr(&b, lib[0] ? lib : NULL);
+		jw_key(&b, &f, "how"), jw_cstr(&b, how);
+		jw_key(&b, &f, "version"), version ? jw_int(&b, (int64_t)version) : jw_null(&b);
+		jw_key(&b, &f, "cuda"), version ? jw_int(&b, (int64_t)gpu_cuda_major(version)) : jw_null(&b);
+		buf_putc(&b, '}');
+	}
+	buf_puts(&b, "}}");
 	write_line(t, &b);
 	buf_free(&b);
 	t->events++;
@@ -249,7 +262,10 @@ int trace_close(struct trace *t)
 			 "\"bound_calls\"], \"why\": ");
 		buf_printf(&b, "\"hardware breakpoints do not fire on this machine\", \"detail\": ");
 		jw_cstr(&b, hw_watch_why(why, sizeof(why)));
-		buf_printf(&b, ", \"i\": %lld}\n", (long long)next_i);
+		struct timespec now;
+		clock_gettime(CLOCK_REALTIME, &now);
+		buf_printf(&b, ", \"i\": %lld, \"ts_ns\": %lld}\n", (long long)next_i,
+			   (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
 		if (fwrite(b.data, 1, b.len, t->out) != b.len)
 			t->write_failed = errno ? errno : EIO;
 		t->events++;

@@ -154,3 +154,69 @@ def test_doctor_agrees_with_the_tracer(evmbpf, caps):
         assert c["uprobe events"][0] == "✗", r.stdout
         assert "allows uprobes only with CAP_SYS_ADMIN" in c["uprobe events"][1]
         assert "allows uprobes only with CAP_SYS_ADMIN" in first, first
+
+
+AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
+
+
+def _agent_glibc():
+    """the newest GLIBC_ version the agent's ELF needs, as readelf -V lists it"""
+    out = subprocess.run(["readelf", "-V", AGENT], capture_output=True, text=True,
+                         check=True).stdout
+    import re
+    versions = {tuple(int(x) for x in v.split(".")) for v in re.findall(r"GLIBC_([0-9.]+)", out)}
+    return ".".join(map(str, max(versions)))
+
+
+def _agent_line(pid):
+    r = doctor("--pid", str(pid))
+    return checks(r.stdout)["CUPTI agent"]
+
+
+def _sleeper(prefix=(), env=None):
+    p = subprocess.Popen([*prefix, "python3" if prefix else HOST_PYTHON, "-c",
+                          "import os, time; print(os.getpid(), flush=True); time.sleep(60)"],
+                         stdout=subprocess.PIPE, text=True, env=env)
+    return p, int(p.stdout.readline())
+
+
+@pytest.mark.skipif(not os.path.exists(AGENT), reason="no CUPTI headers: the agent was not built")
+def test_doctor_says_what_the_cupti_agent_needs_of_the_target(evmbpf, tmp_path):
+    """The agent's glibc need (its ELF's version needs) against the glibc the target has
+    mapped, and a libcupti of CUDA 12 or 13: one mapped by the target is named first."""
+    import platform
+    have = platform.libc_ver()[1]
+    need = _agent_glibc()
+    # a libcupti of CUDA 12 mapped by the target (a stand-in library of that name)
+    src = tmp_path / "cupti.c"
+    src.write_text("int fake_cupti_standin;\n")
+    lib = tmp_path / "libcupti.so.12"
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    p, pid = _sleeper(env=dict(os.environ, LD_PRELOAD=str(lib)))
+    try:
+        mark, text = _agent_line(pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert mark == "✓", text
+    assert "%s needs glibc >= %s, the target has %s (" % (AGENT, need, have) in text, text
+    assert text.endswith("libcupti %s (mapped)" % lib), text
+
+
+@pytest.mark.skipif(not os.path.exists(AGENT), reason="no CUPTI headers: the agent was not built")
+def test_doctor_says_a_targets_glibc_is_too_old_for_the_agent(evmbpf):
+    """bullseye's Python (glibc 2.31) in its chroot: its libc is read as the target maps
+    it (through /proc/PID/root), older than the agent needs: a · line saying so."""
+    from evmbpf_testlib import CHROOT_SH, chroot_dir
+    if not chroot_dir("bullseye"):
+        pytest.skip("the bullseye chroot is not built (scripts/chroot.sh ensure bullseye)")
+    p, pid = _sleeper(prefix=[CHROOT_SH, "run", "bullseye"])
+    try:
+        mark, text = _agent_line(pid)
+    finally:
+        p.kill()
+        p.wait()
+        subprocess.run(["kill", str(pid)], capture_output=True)
+    assert mark == "·", text
+    assert "needs glibc >= %s, the target has 2.31 (" % _agent_glibc() in text, text
+    assert "too old, the agent would not load" in text and "no libcupti of CUDA 12 or 13" in text

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "agent_needs.h"
 #include "cupti_numeric.h"
 #include "cupti_ring.h"
 #include "gpu_calls.h"
@@ -35,30 +36,6 @@ static struct {
 	uint64_t version;
 } c = { .fd = -1 };
 
-/* The agent: EVMBPF_CUPTI_AGENT, else evmbpf-cupti.so beside the evmbpf binary, else
- * ../lib/evmbpf/ from it (make install). */
-static int find_agent(char *out, size_t size)
-{
-	const char *given = getenv("EVMBPF_CUPTI_AGENT");
-	if (given && *given) {
-		snprintf(out, size, "%s", given);
-		return access(out, R_OK);
-	}
-	char exe[PATH_MAX - 64];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return -1;
-	exe[n] = 0;
-	char *slash = strrchr(exe, '/');
-	if (!slash)
-		return -1;
-	*slash = 0;
-	snprintf(out, size, "%s/evmbpf-cupti.so", exe);
-	if (!access(out, R_OK))
-		return 0;
-	snprintf(out, size, "%s/../lib/evmbpf/evmbpf-cupti.so", exe);
-	return access(out, R_OK);
-}
 
 int cupti_launch_prepare(void)
 {
@@ -69,7 +46,7 @@ int cupti_launch_prepare(void)
 		       "into CUDA; the trace goes on without GPU activity", other);
 		return -1;
 	}
-	if (find_agent(agent, sizeof(agent))) {
+	if (cupti_agent_path(agent, sizeof(agent))) {
 		warnx_("--cupti: no CUPTI agent (evmbpf-cupti.so) beside evmbpf: it was built "
 		       "without CUPTI's headers (scripts/cupti-headers.sh ensure, then make); the "
 		       "trace goes on without GPU activity");

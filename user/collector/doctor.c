@@ -22,6 +22,7 @@
 #include <bpf/libbpf.h>
 #include <linux/bpf.h>
 
+#include "agent_needs.h"
 #include "dump.h"
 #include "elfsym.h"
 #include "hwwatch.h"
@@ -400,6 +401,9 @@ static void check_process(pid_t pid)
 		check_cudamem(pid);
 	} else
 		line(2, "CUDA: not loaded (libc10_cuda.so, libcudart not mapped): a CPU job");
+	char needs[2 * PATH_MAX + 512];
+	int ok = agent_needs_line(pid, needs, sizeof(needs));
+	line(ok ? 1 : 2, "%s", needs);
 }
 
 static const char doctor_usage[] =

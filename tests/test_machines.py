@@ -85,7 +85,7 @@ def test_header_agrees_with_the_self_test(tmp_path):
                         os.path.join(REF_WORKLOADS, "tiny_transformer.py")],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    events = load(out)
+    events = load(out, marks=True)
     watch = events[0]["tracer"]["watch"]
     assert (watch["debug_registers"] == "fire") == fire, (watch, fire)
     assert (WARNING in r.stderr) == (not fire), r.stderr
@@ -113,7 +113,7 @@ def test_bound_calls_not_followed(where, shape, tmp_path):
     target.env = forced(target.env)
     r = target.launch(path, out)
     assert r.returncode == 0, r.stderr
-    ref, got = load(ref), load(out)
+    ref, got = load(ref), load(out, marks=True)
     check_marked(got, r.stderr)
     keys = KEYS if target.kwargs else KEYS[:-1]
     ref_forwards = [e["forward"] for e in ref if e["event"] == "forward"]
@@ -150,7 +150,7 @@ def test_samples_not_observable(tmp_path):
     r = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD, path],
                        capture_output=True, text=True, timeout=300, env=forced())
     assert r.returncode == 0, r.stderr
-    got = load(out)
+    got = load(out, marks=True)
     check_marked(got, r.stderr)
     forwards = [e for e in got if e["event"] == "forward"]
     assert forwards and all(e["samples"] is None and e["batch_rows"] is None for e in forwards)
@@ -173,7 +173,7 @@ def test_tail_trace_says_it_without_its_header(tmp_path):
                         os.path.join(OWN_WORKLOADS, "fault_model.py")],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 1, r.stderr
-    events = load(out)
+    events = load(out, marks=True)
     assert events[0]["event"] != "header" and events[-1]["event"] == "unobservable"
     assert r.stderr.count(WARNING) == 1
     text = reader("summarize", out)

@@ -3,7 +3,8 @@
 #   scripts/gpu-check.sh [--stand-in | --gpu] [CHECK...]
 # First the facts (facts.txt): the kernel, the driver (nvidia-smi), torch and its CUDA,
 # the libcupti files the Python's wheels carry, the hypervisor, and evmbpf doctor's
-# lines (whether BPF and uprobes work, whether hardware breakpoints fire). Then each
+# lines (whether BPF and uprobes work, whether hardware breakpoints fire), and doctor
+# --pid's CUDA and CUPTI agent lines for this Python once it has initialised CUDA. Then each
 # check on its own, in its own folder (CHECK/, its output in CHECK/log) under its own
 # timeout, one line PASS/FAIL/SKIP as soon as it ends, followed by its own lines
 # (indented):
@@ -32,7 +33,7 @@ for a in "$@"; do
 	case "$a" in
 	--stand-in) MODE=standin ;;
 	--gpu) MODE=gpu ;;
-	-h | --help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,/^set -uo/p' "$0" | sed -n 's/^# \{0,1\}//p'; exit 0 ;;
 	-*) echo "gpu-check: unknown option $a" >&2; exit 2 ;;
 	*) CHECKS+=("$a") ;;
 	esac
@@ -116,6 +117,22 @@ else
 	NO_BPF="no $EVMBPF"
 fi
 fact "BPF works: $([ $BPF_OK = 1 ] && echo yes || echo "no ($NO_BPF)")"
+# what --cupti's agent needs of a job of this Python (its glibc, a libcupti of CUDA 12/13),
+# on a process that has initialised CUDA where there is a device
+if [ -x "$EVMBPF" ]; then
+	"$PYTHON" -c 'import os, sys, time, torch
+torch.cuda.is_available() and torch.zeros(1, device="cuda")
+print(os.getpid(), flush=True); time.sleep(60)' > "$BASE/agent-target.out" 2>&1 &
+	apid=$!
+	for _ in $(seq 300); do [ -s "$BASE/agent-target.out" ] || ! kill -0 $apid 2>/dev/null && break; sleep 0.1; done
+	if kill -0 $apid 2>/dev/null; then
+		fact "doctor --pid: $(timeout 30 "$EVMBPF" doctor --pid "$apid" 2>/dev/null | grep -E '^. (CUPTI agent|CUDA):' | paste -sd' ')"
+	else
+		fact "doctor --pid: no Python with torch to ask ($(tail -1 "$BASE/agent-target.out"))"
+	fi
+	kill $apid 2>/dev/null
+	wait $apid 2>/dev/null
+fi
 
 # ---- the checks ----
 : > "$BASE/summary.txt"

@@ -53,7 +53,8 @@ def test_gpu_check_runs_every_check_with_the_stand_ins(bundle, tmp_path):
     text = got.stdout
     # the facts first
     facts = (out / "facts.txt").read_text()
-    for key in ("kernel:", "driver:", "python:", "libcupti:", "hypervisor:", "BPF works: yes"):
+    for key in ("kernel:", "driver:", "python:", "libcupti:", "hypervisor:", "BPF works: yes",
+                "doctor --pid: "):
         assert key in facts, facts
     assert re.search(r"^doctor: [✓✗·] hardware breakpoints:", facts, re.M), facts
     assert text.index("BPF works:") < text.index("== mem-launch")

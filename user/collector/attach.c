@@ -88,14 +88,7 @@ int run_attach(const struct tracer_opts *opts)
 	if (opts->trace.numeric && hold_check(opts->pid))
 		return 1; /* a debugger holds it: said before anything is loaded */
 	if (session_prepare(&s, opts->pid)) {
-		session_detach(&s);
-		if (s.trace.out) {
-			trace_close(&s.trace);
-			if (strcmp(s.trace.out_path, "-"))
-				unlink(s.trace.out_path);
-		}
-		ring_buffer__free(s.rb);
-		session_unload(&s);
+		session_abandon(&s);
 		return 1;
 	}
 	watch_running_modules(&s);

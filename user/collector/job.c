@@ -131,16 +131,7 @@ void out_expand(const char *pattern, pid_t pid, const char *rank, char *buf, siz
 
 static void proc_abandon(struct proc *p)
 {
-	session_detach(&p->s);
-	if (p->s.trace.out) {
-		trace_close(&p->s.trace);
-		if (strcmp(p->out, "-"))
-			unlink(p->out);
-	}
-	ring_buffer__free(p->s.rb);
-	session_unload(&p->s);
-	if (p->s.target.root_fd > 0)
-		close(p->s.target.root_fd);
+	session_abandon(&p->s);
 	free(p);
 }
 

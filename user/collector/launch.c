@@ -170,13 +170,7 @@ int run_launch(const struct tracer_opts *opts)
 		kill(child, SIGCONT);
 		kill(child, SIGKILL);
 		waitpid(child, &status, 0);
-		session_detach(&s);
-		if (s.trace.out) {
-			trace_close(&s.trace);
-			unlink(s.trace.out_path);
-		}
-		ring_buffer__free(s.rb);
-		session_unload(&s);
+		session_abandon(&s);
 		goto out;
 	}
 	cupti_attach_trace(&s.trace);

@@ -113,6 +113,23 @@ static double cpu_s(void)
 	       ru.ru_stime.tv_usec / 1e6;
 }
 
+void session_abandon(struct session *s)
+{
+	session_detach(s);
+	if (s->trace.out) {
+		int file = s->trace.out != stdout;
+		trace_close(&s->trace);
+		if (file)
+			unlink(s->trace.out_path);
+	}
+	ring_buffer__free(s->rb);
+	s->rb = NULL;
+	session_unload(s);
+	if (s->target.root_fd > 0)
+		close(s->target.root_fd);
+	s->target.root_fd = -1;
+}
+
 void session_announce(struct session *s)
 {
 	attach_cpu_s = cpu_s();

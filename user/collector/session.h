@@ -46,6 +46,10 @@ extern volatile sig_atomic_t stop_signal;
 /* session.c */
 /* Inspect the target, open the trace, load and attach (or the floor's programs). */
 int session_prepare(struct session *s, pid_t pid);
+/* A session that failed before it traced: every probe removed, the trace file it had
+ * begun removed (not stdout), its slot and file descriptors given back. The one
+ * teardown for --pid, launch and job modes. */
+void session_abandon(struct session *s);
 /* "attached to PID ..." on stderr; marks the end of the attach for --stats. */
 void session_announce(struct session *s);
 /* Read records until the target ends or a signal asks to stop. `child` > 0: launch

@@ -39,21 +39,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* the records as these headers name them: libcupti 12 hands out the CUDA 12 versions,
- * 13 the CUDA 13 ones, and every field read is at the same place in both
- * (cupti_layout.h) */
-#if CUPTI_API_VERSION >= 130000
-typedef CUpti_ActivityKernel10 kernel_rec_t;
-typedef CUpti_ActivityMemcpy6 memcpy_rec_t;
-typedef CUpti_ActivityMemory4 memory_rec_t;
-typedef CUpti_ActivityMemoryPool3 pool_rec_t;
-#else
-typedef CUpti_ActivityKernel9 kernel_rec_t;
-typedef CUpti_ActivityMemcpy5 memcpy_rec_t;
-typedef CUpti_ActivityMemory3 memory_rec_t;
-typedef CUpti_ActivityMemoryPool2 pool_rec_t;
-#endif
-typedef CUpti_ActivityMemset4 memset_rec_t;
+/* kernel_rec_t, memcpy_rec_t, ...: the records as these headers name them (cupti_layout.h) */
 
 static struct cupti_ring *ring;
 

@@ -132,4 +132,21 @@ EVM_VALUE(CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, 39)
 #define EVM_CUPTI_MAJOR_MIN 12
 #define EVM_CUPTI_MAJOR_MAX 13
 
+/* The records as the included headers name them: libcupti 12 hands out the CUDA 12
+ * versions, 13 the CUDA 13 ones (the agent reads either through these names: every
+ * field it reads is at the same place in both, as checked above); the stand-in
+ * libcupti (tests/cupti/fake_cuda.c) writes them. */
+#if CUPTI_API_VERSION >= 130000
+typedef CUpti_ActivityKernel10 kernel_rec_t;
+typedef CUpti_ActivityMemcpy6 memcpy_rec_t;
+typedef CUpti_ActivityMemory4 memory_rec_t;
+typedef CUpti_ActivityMemoryPool3 pool_rec_t;
+#else
+typedef CUpti_ActivityKernel9 kernel_rec_t;
+typedef CUpti_ActivityMemcpy5 memcpy_rec_t;
+typedef CUpti_ActivityMemory3 memory_rec_t;
+typedef CUpti_ActivityMemoryPool2 pool_rec_t;
+#endif
+typedef CUpti_ActivityMemset4 memset_rec_t;
+
 #endif

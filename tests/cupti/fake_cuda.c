@@ -26,18 +26,8 @@
 #define API __attribute__((visibility("default")))
 
 /* ---- CUPTI ---- */
-#if CUPTI_API_VERSION >= 130000
-typedef CUpti_ActivityKernel10 kernel_rec_t;
-typedef CUpti_ActivityMemcpy6 memcpy_rec_t;
-typedef CUpti_ActivityMemory4 memory_rec_t;
-typedef CUpti_ActivityMemoryPool3 pool_rec_t;
-#else
-typedef CUpti_ActivityKernel9 kernel_rec_t;
-typedef CUpti_ActivityMemcpy5 memcpy_rec_t;
-typedef CUpti_ActivityMemory3 memory_rec_t;
-typedef CUpti_ActivityMemoryPool2 pool_rec_t;
-#endif
-typedef CUpti_ActivityMemset4 memset_rec_t;
+/* the records of this generation, as the agent names them */
+#include "cupti_layout.h"
 
 static CUpti_CallbackFunc api_cb;
 static void *api_ud;

@@ -30,7 +30,7 @@ enum rec_kind {
 	REC_EXIT = 2,      /* it returned: output, or NULL (an exception left it) */
 	REC_EXCEPTION = 3, /* an exception reached the top level (PyErr_Display) */
 	REC_TASK_EXIT = 4, /* a thread of the target exited; the leader's exit ends the trace */
-	REC_STOPPED = 5,   /* launch mode: the child was stopped at exec or at its entry point */
+	/* 5: free (the launch stops are bpf/follow.bpf.c's FOLLOW_STOPPED) */
 	REC_MODULE_TYPE = 6, /* a new class was judged to be torch.nn.Module: check it */
 	REC_MARKER = 7,    /* a phase marker is being entered on a thread */
 	REC_STACK = 8,     /* the Python frames under an outermost module call (--phase rules),

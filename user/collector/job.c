@@ -373,6 +373,10 @@ static void follow_unload(struct job *j)
 			resume(pid);
 		}
 	ring_buffer__free(j->frb);
+	if (j->fskel && j->fskel->bss->follow_dropped)
+		warnx_("warning: %llu record(s) of the job's forks, execs and exits were lost (the "
+		       "ring buffer was full): processes they name may have run on untraced",
+		       (unsigned long long)j->fskel->bss->follow_dropped);
 	follow_bpf__destroy(j->fskel);
 }
 

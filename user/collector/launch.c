@@ -1,5 +1,7 @@
 /* Launch mode: start the command held, follow its execs to the first Python, attach
- * before its first instruction, and return the command's status. */
+ * before its first instruction, and return the command's status. The stops at each exec
+ * and at the new image's entry point are bpf/follow.bpf.c's (--follow's), for the one
+ * process: its exec and entry programs, the command's pid in its `followed` map. */
 #include "session.h"
 
 #include <errno.h>
@@ -11,24 +13,38 @@
 #include <unistd.h>
 
 #include "elfsym.h"
-#include "launch.skel.h"
+#include "follow.h"
+#include "follow.skel.h"
 #include "util.h"
 #include "watchdog.h"
 
 struct launch {
-	struct launch_bpf *skel;
+	struct follow_bpf *skel;
 	struct ring_buffer *rb;
-	int stopped;      /* REC_STOPPED seen: 1 exec, 2 entry point */
+	int stopped;      /* FOLLOW_STOPPED seen: 1 exec, 2 entry point */
+	uint64_t dropped; /* stop records the ring had no room for, so far */
 	struct bpf_link *entry;
 };
 
 static int on_stop(void *ctx, void *data, size_t size)
 {
 	struct launch *l = ctx;
-	const struct rec_hdr *h = data;
-	if (size >= sizeof(*h) && h->kind == REC_STOPPED)
-		l->stopped = (int)h->tid;
+	const struct follow_rec *r = data;
+	if (size >= sizeof(*r) && r->hdr.kind == FOLLOW_STOPPED)
+		l->stopped = (int)r->why;
 	return 0;
+}
+
+/* Lost stop records: said, never taken for a stop someone else caused. */
+static int stops_lost(struct launch *l)
+{
+	uint64_t now = __atomic_load_n(&l->skel->bss->follow_dropped, __ATOMIC_RELAXED);
+	if (now == l->dropped)
+		return 0;
+	warnx_("%llu stop record(s) of the command were lost (the ring buffer was full)",
+	       (unsigned long long)(now - l->dropped));
+	l->dropped = now;
+	return 1;
 }
 
 pid_t spawn_held(char **argv, int *go_fd)
@@ -72,6 +88,10 @@ static int wait_stop(struct launch *l, pid_t child, int *status)
 			ring_buffer__consume(l->rb);
 			if (l->stopped)
 				return 0;
+			if (stops_lost(l)) {
+				l->stopped = 1; /* ours: looked at as an exec's (the entry is probed) */
+				return 0;
+			}
 			/* a stop we did not cause: pass it on */
 			kill(child, SIGCONT);
 			continue;
@@ -92,7 +112,7 @@ static int attach_entry_point(struct launch *l, pid_t child)
 	}
 	elf_file_close(f);
 	bpf_link__destroy(l->entry);
-	l->entry = attach_uprobe(l->skel->progs.launch_entry, 0, child, exe, off, "the entry point");
+	l->entry = attach_uprobe(l->skel->progs.follow_entry, 0, child, exe, off, "the entry point");
 	return l->entry ? 0 : -1;
 }
 
@@ -112,14 +132,19 @@ int run_launch(const struct tracer_opts *opts)
 	s.target.root_fd = -1;
 	int status = 0, go_fd = -1, rc = 1;
 
-	l.skel = launch_bpf__open_and_load();
-	if (!l.skel) {
+	l.skel = follow_bpf__open();
+	if (l.skel) { /* the command's execs only: its forks are not followed (--follow) */
+		bpf_program__set_autoload(l.skel->progs.follow_fork, false);
+		bpf_program__set_autoload(l.skel->progs.follow_exit, false);
+	}
+	if (!l.skel || follow_bpf__load(l.skel)) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers "
 		       "and uprobes; run with -v for details)", strerror(errno));
+		follow_bpf__destroy(l.skel);
 		return 1;
 	}
-	l.rb = ring_buffer__new(bpf_map__fd(l.skel->maps.stops), on_stop, &l, NULL);
-	struct bpf_link *exec_link = bpf_program__attach(l.skel->progs.launch_exec);
+	l.rb = ring_buffer__new(bpf_map__fd(l.skel->maps.follow_events), on_stop, &l, NULL);
+	struct bpf_link *exec_link = bpf_program__attach(l.skel->progs.follow_exec);
 	if (!l.rb || !exec_link) {
 		warnx_("cannot attach to sched_process_exec: %s", strerror(errno));
 		goto out;
@@ -131,7 +156,14 @@ int run_launch(const struct tracer_opts *opts)
 		warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
 		goto out;
 	}
-	l.skel->bss->launch_pid = child;
+	uint32_t key = (uint32_t)child, followed = FOLLOWED;
+	if (bpf_map__update_elem(l.skel->maps.followed, &key, sizeof(key), &followed,
+				 sizeof(followed), BPF_ANY)) {
+		warnx_("cannot follow %d: %s", child, strerror(errno));
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		goto out;
+	}
 	/* the child is stopped at each exec until its probes are placed */
 	if (!watchdog_start(child))
 		watchdog_hold(child, 1);
@@ -165,7 +197,7 @@ int run_launch(const struct tracer_opts *opts)
 		debugx("pid %d is not Python yet; waiting for its next exec", child);
 		kill(child, SIGCONT);
 	}
-	l.skel->bss->launch_pid = 0;
+	bpf_map__delete_elem(l.skel->maps.followed, &key, sizeof(key), 0);
 	if (session_prepare(&s, child)) {
 		kill(child, SIGCONT);
 		kill(child, SIGKILL);
@@ -225,6 +257,6 @@ out:
 	bpf_link__destroy(l.entry);
 	bpf_link__destroy(exec_link);
 	ring_buffer__free(l.rb);
-	launch_bpf__destroy(l.skel);
+	follow_bpf__destroy(l.skel);
 	return rc;
 }

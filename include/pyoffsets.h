@@ -10,11 +10,6 @@ typedef __s16 soff16;
 #include <stdint.h>
 typedef uint16_t off16;
 typedef int16_t soff16;
-#ifndef __BPF__
-/* The table for a CPython version; NULL when evmbpf cannot read that version. */
-const struct py_offsets *pyoffsets_for(int major, int minor);
-#endif
-
 #endif
 
 struct py_offsets {

@@ -11,6 +11,7 @@
 #include "doctor.h"
 #include "dump.h"
 #include "gpu_calls.h"
+#include "outpattern.h"
 #include "pyre.h"
 #include "readers.h"
 #include "tracer.h"

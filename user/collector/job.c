@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "elfsym.h"
+#include "outpattern.h"
 #include "follow.h"
 #include "follow.skel.h"
 #include "hold.h"
@@ -51,81 +52,6 @@ struct job {
 	pid_t child;       /* launch mode: the command */
 	int child_status, child_done;
 };
-
-/* ---- who a process is: its parent and its rank ---- */
-
-static void proc_identity(pid_t pid, int *ppid, char rank[16])
-{
-	char path[64], line[1024];
-	*ppid = 0;
-	rank[0] = 0;
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (f) {
-		char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-		if (p)
-			sscanf(p + 2, "%*c %d", ppid);
-		fclose(f);
-	}
-	/* RANK, else LOCAL_RANK: a number, or none */
-	const char *names[2] = { "RANK", "LOCAL_RANK" };
-	for (int i = 0; i < 2 && !rank[0]; i++) {
-		char v[32];
-		if (proc_getenv(pid, names[i], v, sizeof(v)) && *v && strlen(v) <= 9 &&
-		    strspn(v, "0123456789") == strlen(v))
-			snprintf(rank, 16, "%s", v);
-	}
-}
-
-void target_identity(struct target *t)
-{
-	proc_identity(t->pid, &t->ppid, t->rank);
-}
-
-/* ---- --out patterns ---- */
-
-const char *out_pattern_problem(const char *pattern, int several)
-{
-	int names = 0;
-	for (const char *p = pattern; *p; p++) {
-		if (*p != '%')
-			continue;
-		p++;
-		if (*p == 'p' || *p == 'r')
-			names = 1;
-		else if (*p != '%')
-			return "--out takes %p (pid), %r (rank) and %% in its pattern, nothing else "
-			       "after a %";
-	}
-	if (several && !strcmp(pattern, "-"))
-		return "several processes cannot share stdout: give --out a pattern with %p or "
-		       "%r, e.g. --out 'trace-%r-%p.jsonl'";
-	if (several && !names)
-		return "several processes are traced: --out needs %p (pid) or %r (rank) so that "
-		       "each has its own file, e.g. --out 'trace-%r-%p.jsonl'";
-	return NULL;
-}
-
-void out_expand(const char *pattern, pid_t pid, const char *rank, char *buf, size_t size)
-{
-	size_t k = 0;
-	for (const char *p = pattern; *p && k + 16 < size; p++) {
-		if (*p != '%') {
-			buf[k++] = *p;
-			continue;
-		}
-		p++;
-		if (*p == 'p')
-			k += (size_t)snprintf(buf + k, size - k, "%d", pid);
-		else if (*p == 'r')
-			k += (size_t)snprintf(buf + k, size - k, "%s", rank);
-		else if (*p == '%')
-			buf[k++] = '%';
-		else if (!*p)
-			break;
-	}
-	buf[k] = 0;
-}
 
 /* ---- one process ---- */
 

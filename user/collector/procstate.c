@@ -128,3 +128,27 @@ int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap)
 	free(all);
 	return found;
 }
+
+/* Who a process is: its parent, and its rank (RANK, else LOCAL_RANK: a number, or "") */
+void proc_identity(pid_t pid, int *ppid, char rank[16])
+{
+	char path[64], line[1024];
+	*ppid = 0;
+	rank[0] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+		if (p)
+			sscanf(p + 2, "%*c %d", ppid);
+		fclose(f);
+	}
+	/* RANK, else LOCAL_RANK: a number, or none */
+	const char *names[2] = { "RANK", "LOCAL_RANK" };
+	for (int i = 0; i < 2 && !rank[0]; i++) {
+		char v[32];
+		if (proc_getenv(pid, names[i], v, sizeof(v)) && *v && strlen(v) <= 9 &&
+		    strspn(v, "0123456789") == strlen(v))
+			snprintf(rank, 16, "%s", v);
+	}
+}

@@ -24,4 +24,8 @@ void continue_held(pid_t pid);
  * it copied into buf (cut at cap), 0 when it is unset or the file cannot be read. */
 int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap);
 
+/* Its parent and its rank in a job (RANK, else LOCAL_RANK: a number of at most 9 digits,
+ * or ""): what the trace header and --out's %r name. */
+void proc_identity(pid_t pid, int *ppid, char rank[16]);
+
 #endif

@@ -17,6 +17,7 @@
 #include "bound.h"
 #include "hold.h"
 #include "hwwatch.h"
+#include "outpattern.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"

@@ -106,8 +106,6 @@ int run_launch(const struct tracer_opts *opts);
 int run_job(const struct tracer_opts *opts);
 /* attach.c: the modules running at a --pid attach, watched for their orphan exits */
 void watch_running_modules(struct session *s);
-/* job.c: --out's pattern for one process */
-void out_expand(const char *pattern, pid_t pid, const char *rank, char *buf, size_t size);
 /* launch.c */
 pid_t spawn_held(char **argv, int *go_fd);
 int exit_code_of(int status);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "elfsym.h"
+#include "procstate.h"
 #include "evmbpf.h"
 #include "util.h"
 
@@ -572,4 +573,9 @@ int target_ns_pid(pid_t pid)
 	}
 	fclose(f);
 	return ns_pid;
+}
+
+void target_identity(struct target *t)
+{
+	proc_identity(t->pid, &t->ppid, t->rank);
 }

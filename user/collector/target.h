@@ -60,7 +60,7 @@ int target_find_torch(struct target *t);
 /* The pid of a process in its own pid namespace (the last NSpid entry); pid itself
  * when the kernel does not say. */
 int target_ns_pid(pid_t pid);
-/* ppid and rank (job.c). */
+/* Its ppid and rank (procstate.c: proc_identity), for the header and --out's %r. */
 void target_identity(struct target *t);
 /* The offset in the interpreter's file (py_path) of an address of its code in the
  * process; -1 when the address is not in an executable mapping of it. */

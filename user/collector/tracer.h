@@ -26,9 +26,6 @@ struct tracer_opts {
 /* --probe-floor: where the empty probes go */
 enum { FLOOR_NONE, FLOOR_PAIR, FLOOR_ENTRY, FLOOR_AT };
 
-/* Why --out's pattern cannot be used (NULL: it can); `several`: more than one process
- * may be traced (job.c). */
-const char *out_pattern_problem(const char *pattern, int several);
 
 /* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */
 int tracer_run(const struct tracer_opts *opts);

@@ -16,6 +16,9 @@ RUN_WORKLOAD = os.path.join(REFERENCE, "run_workload.py")
 REF_WORKLOADS = os.path.join(REFERENCE, "workloads")
 OWN_WORKLOADS = os.path.join(ROOT, "tests", "workloads")
 EVMBPF = os.environ.get("EVMBPF", os.path.join(ROOT, "build", "evmbpf"))
+# the tests' aids (tests/aids/, `make test-aids`): beside the evmbpf under test
+TEST_AIDS = os.environ.get("EVMBPF_TEST_AIDS",
+                           os.path.join(os.path.dirname(EVMBPF), "evmbpf-test-aids"))
 HOST_PYTHON = "/usr/bin/python3.11"
 
 # The keys the in-process tracer and evmbpf must agree on (the issue's list).
@@ -368,3 +371,19 @@ def cell_target(where, outdir=None):
     if error:
         pytest.fail(f"cannot build the {where} chroot: {error}")
     return chroot_target(where)
+
+
+def perf_links(pid):
+    """The perf event links (uprobes, breakpoints) bpftool lists for a process."""
+    out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
+    return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
+
+
+def peak_rss_kb(args, check=True):
+    """The peak RSS of a command (its children's ru_maxrss, in kB); check: it must
+    succeed."""
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[2:], "
+             "stdout=subprocess.DEVNULL, check=sys.argv[1] == '1'); "
+             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    return int(subprocess.run([sys.executable, "-c", probe, "1" if check else "0", *args],
+                              capture_output=True, text=True, check=True).stdout)

@@ -19,6 +19,8 @@ from test_readers import check_all_commands
 from evmbpf_testlib import (OWN_WORKLOADS, ROOT, chroot_dir, chroot_target, compare_traces,
                             load, without_machine_notes)
 
+pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
+
 WORKLOAD = os.path.join(OWN_WORKLOADS, "cuda_allocator.py")
 FETCH = os.path.join(ROOT, "scripts", "torch-cuda.sh")
 STANDIN_C = os.path.join(ROOT, "tests", "standin", "cudart", "cudart_devices.c")

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, MatrixTarget,
-                            load, probes_left)
+                            load, perf_links, probes_left)
 from test_frames import python_under, target_of
 
 pytestmark = pytest.mark.root
@@ -73,11 +73,6 @@ def dump_json(pid):
     r = dump(pid, "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
-
-
-def perf_links(pid):
-    out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
-    return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
 
 
 def state(pid):

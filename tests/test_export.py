@@ -19,7 +19,6 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -29,7 +28,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REF_WORKLOADS, Attached, load,
-                            run_launch, run_reference, torch_major)
+                            peak_rss_kb, run_launch, run_reference, torch_major)
 
 pytestmark = pytest.mark.root
 
@@ -706,14 +705,6 @@ def synthetic_trace(path, forwards, threads=1):
                     handle.write(event("exit", f"layers.{k}", 1, f, i, tid, output=tensor))
                 handle.write(event("exit", "<root>", 0, f, root, tid, output=tensor))
     return str(path)
-
-
-def peak_rss_kb(args):
-    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], "
-             "stdout=subprocess.DEVNULL, check=True); "
-             "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    return int(subprocess.run([sys.executable, "-c", probe, *args], capture_output=True,
-                              text=True, check=True).stdout)
 
 
 def test_memory_does_not_grow_with_the_trace(tmp_path):

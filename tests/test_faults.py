@@ -20,7 +20,7 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
-                            Attached, comparable, wait_for_line)
+                            Attached, comparable, perf_links, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -80,11 +80,6 @@ def open_stack(events):
 
 
 PROBE_RELEASE_GRACE_S = 5
-
-
-def perf_links(pid):
-    out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
-    return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
 
 
 def prog_alive(prog_id):

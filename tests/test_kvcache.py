@@ -8,6 +8,8 @@ import pytest
 
 from evmbpf_testlib import OWN_WORKLOADS, chroot_reference, compare_traces, load
 
+pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
+
 WORKLOAD = os.path.join(OWN_WORKLOADS, "kv_cache_layers.py")
 
 

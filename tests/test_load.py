@@ -11,6 +11,8 @@ import pytest
 
 from evmbpf_testlib import EVMBPF, HOST_PYTHON, STANDIN, pyenv_python
 
+pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
+
 MARKERS = {"marker_enter", "marker_enter_ident", "marker_enter_stackref"}
 LIMIT = 1_000_000  # the verifier's limit per program
 

@@ -17,6 +17,8 @@ from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, R
                             CHROOT_SH, chroot_ensure, compare_traces, load, torch_major,
                             wait_for_line)
 
+pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
+
 JOB = os.path.join(OWN_WORKLOADS, "ranks_job.py")
 FULL = os.environ.get("EVMBPF_FULL_RANKS") == "1"
 PORTS = iter(range(29700, 29900))

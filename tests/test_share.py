@@ -13,6 +13,8 @@ from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, R
                             STANDIN, compare_traces, load, pyenv_python, run_reference,
                             torch_major)
 
+pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
+
 JOB = os.path.join(OWN_WORKLOADS, "ranks_job.py")
 
 

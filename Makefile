@@ -1,5 +1,6 @@
 # evmbpf: BPF programs (clang) + collector and readers (gcc).
-# make            build build/evmbpf
+# make            build build/evmbpf (and the agent, and the tests' aids)
+# make test-aids  build/evmbpf-test-aids, the tests' aids (tests/aids/)
 # make test       install dependencies, build, run the test suite (root)
 # make test-matrix  the full version matrix, slow cells too (root)
 # make demo       trace the embedded demo workload and summarize it (root)
@@ -53,15 +54,14 @@ $(BUILD)/user/common/%.o:    INCS := -Iuser/common
 $(BUILD)/user/readers/%.o:   INCS := -Iuser/common -Iuser/readers
 $(BUILD)/user/collector/%.o: INCS := -Iuser/common -Iuser/collector
 $(BUILD)/user/main.o:        INCS := -Iuser/common -Iuser/collector -Iuser/readers
-# the agent's stats kernels, built for the host too (one source: agent/stats_kernels.c)
+# the agent's dtype codes and its kernels' float rule (agent/stats_kernels.h)
 $(BUILD)/user/collector/cupti_stats.o: INCS := -Iuser/common -Iuser/collector -Iagent
-$(BUILD)/user/collector/cupti_stats.o: CFLAGS += -ffp-contract=off
 
 .DELETE_ON_ERROR:
 .SECONDARY: $(BPF_OBJS)
 .PHONY: all clean test test-matrix demo bench install deps fuzz check-deps static
 
-all: $(BUILD)/evmbpf agent
+all: $(BUILD)/evmbpf agent test-aids
 
 # The CUPTI agent (agent/, --cupti): a shared library CUDA loads into the command,
 # compiled against CUPTI's and CUDA's headers only (libcupti is opened at run time).
@@ -94,19 +94,20 @@ $(CUPTI_LAYOUT_OK): agent/cupti_layout.c agent/cupti_layout.h | $(BUILD)
 	for major in 12 13; do grep -q "^$$major " $@.tmp || \
 		printf '  %-8s no CUDA %s CUPTI headers here: its layouts not checked\n' LAYOUT $$major; \
 	done; mv $@.tmp $@
-# --numeric's kernels (agent/stats_kernels.c) as PTX, by clang's NVPTX backend (no nvcc,
-# no CUDA install: -nocudainc -nocudalib), embedded in the agent (.incbin); PTX for
-# sm_70, which the driver compiles for the device it runs on at the first request.
+# --numeric's kernels (agent/stats_kernels.c; their bodies in stats_kernels.h) as PTX, by
+# clang's NVPTX backend (no nvcc, no CUDA install: -nocudainc -nocudalib), embedded in the
+# agent (.incbin); PTX for sm_70, which the driver compiles for the device it runs on at
+# the first request.
 AGENT_PTX := $(BUILD)/agent/stats_kernels.ptx
 PTX_FLAGS := -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 -O2 -S \
              -ffp-contract=off -Wall -Wno-unused-function -Wno-unknown-cuda-version
-$(AGENT_PTX): agent/stats_kernels.c | $(BUILD)
+$(AGENT_PTX): agent/stats_kernels.c agent/stats_kernels.h | $(BUILD)
 	$(call msg,PTX,$@)
 	$(Q)mkdir -p $(dir $@) && $(CLANG) $(PTX_FLAGS) $< -o $@
 .PHONY: agent
 ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
 agent: $(AGENT)
-$(AGENT): $(AGENT_SRCS) agent/agent.h agent/cupti_layout.h agent/stats_kernels.c include/cupti_ring.h \
+$(AGENT): $(AGENT_SRCS) agent/agent.h agent/cupti_layout.h agent/stats_kernels.h include/cupti_ring.h \
 	  $(AGENT_PTX) $(CUPTI_LAYOUT_OK) | $(BUILD)
 	$(call msg,AGENT,$@)
 	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) -Iagent \
@@ -139,6 +140,27 @@ $(USER_OBJS): $(BUILD)/user/%.o: user/%.c
 $(BUILD)/evmbpf: $(USER_OBJS)
 	$(call msg,LINK,$@)
 	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# build/evmbpf-test-aids: the subcommands the tests drive evmbpf's own code through
+# without a traced process (tests/aids/aids.h; tests/test_cupti.py, tests/test_regex.py),
+# linked with every object of evmbpf but main.o. Not part of evmbpf; not installed.
+AIDS_SRCS := $(wildcard tests/aids/*.c)
+AIDS_OBJS := $(patsubst tests/aids/%.c,$(BUILD)/tests/aids/%.o,$(AIDS_SRCS))
+AIDS      := $(BUILD)/evmbpf-test-aids
+.PHONY: test-aids
+test-aids: $(AIDS)
+$(AIDS_OBJS): INCS := -Iuser/common -Iuser/collector -Iagent
+# the kernels' host build (agent/stats_kernels.h), without FMA contraction as the PTX
+$(BUILD)/tests/aids/cupti_stats.o: CFLAGS += -ffp-contract=off
+$(AIDS_OBJS): $(SKELS)
+$(AIDS_OBJS): $(BUILD)/tests/aids/%.o: tests/aids/%.c
+	$(call msg,CC,$@)
+	$(Q)mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(INCS) -Itests/aids -c $< -o $@
+$(AIDS): $(AIDS_OBJS) $(filter-out $(BUILD)/user/main.o,$(USER_OBJS))
+	$(call msg,LINK,$@)
+	$(Q)$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+-include $(wildcard $(AIDS_OBJS:.o=.d))
 
 # make static: the same objects linked with -static. Debian has static archives of
 # libbpf, libelf, zlib and glibc, but ships cJSON as a shared library only: its

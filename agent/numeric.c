@@ -36,7 +36,7 @@
 #include <cupti.h>
 
 #include "cupti_ring.h"
-#include "stats_kernels.c"
+#include "stats_kernels.h"
 #include "agent.h"
 
 /* the PTX of stats_kernels.c (Makefile: EVM_PTX_FILE), NUL-terminated */

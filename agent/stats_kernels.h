@@ -4,13 +4,17 @@
  * only, through float32. Strided tensors are read by their sizes, strides and storage
  * offset, in place: no copy of the tensor.
  *
- * One source, two builds:
- * - the device's: clang -x cuda --cuda-device-only -nocudainc -nocudalib (Makefile:
+ * This header holds the kernels' bodies and what the agent and the host share of them
+ * (the job, the steps, the dtype codes); two builds include it:
+ * - the device's: agent/stats_kernels.c, the kernels' entry points, compiled by
+ *   clang -x cuda --cuda-device-only -nocudainc -nocudalib (Makefile:
  *   build/agent/stats_kernels.ptx, embedded in the agent and loaded with
- *   cuModuleLoadData at the first request);
- * - the host's: plain C, included by user/collector/cupti_stats.c, where the same bodies
- *   run one worker after the other (`evmbpf cupti-stats`, the tests' check of this
- *   arithmetic against the reference tracer on random tensors of every dtype).
+ *   cuModuleLoadData at the first request); agent/numeric.c plans the steps;
+ * - the host's: plain C, where the same bodies run one worker after the other
+ *   (evm_host_step): the test aid `evmbpf-test-aids cupti-stats` (tests/aids/), the
+ *   tests' check of this arithmetic against the reference tracer on random tensors of
+ *   every dtype, and the stand-in libcuda (tests/cupti/fake_cuda.c); the collector
+ *   takes the dtype codes (user/collector/cupti_stats.c).
  * No barrier, no shared memory, no floating-point atomics: each worker's partial is its
  * own, partials are merged in worker order (so both builds do the same operations in
  * the same order, and the result does not depend on scheduling); the only atomics are
@@ -28,6 +32,9 @@
  *   finish       the result into the agent's pinned result slot, then its `done` flag
  * Integers stop after merge2. Memory: the job's state (struct evm_state, ~10 KiB) and
  * W ≤ EVM_MAX_WORKERS partials of 64 bytes (1 MiB), whatever the tensor's size. */
+
+#ifndef EVMBPF_STATS_KERNELS_H
+#define EVMBPF_STATS_KERNELS_H
 
 #if defined(__CUDA__) && defined(__NVPTX__)
 #define EVM_DEVICE 1
@@ -443,24 +450,6 @@ EVM_DEV void evm_fence_system(void)
 	__nvvm_membar_sys();
 }
 
-#define EVM_KERNEL(name, body)                                                             \
-	extern "C" __attribute__((global)) void name(struct evm_job j, evm_u32 arg, evm_u32 n) \
-	{                                                                                  \
-		evm_u64 w = (evm_u64)__nvvm_read_ptx_sreg_ctaid_x() *                      \
-				    __nvvm_read_ptx_sreg_ntid_x() +                        \
-			    __nvvm_read_ptx_sreg_tid_x();                                  \
-		if (w < n)                                                                 \
-			body(&j, arg, w);                                                  \
-	}
-
-/* the kernels (the order of EVM_K_*) */
-EVM_KERNEL(evm_k_partial, evm_partial)
-EVM_KERNEL(evm_k_merge1, evm_merge1)
-EVM_KERNEL(evm_k_merge2, evm_merge2)
-EVM_KERNEL(evm_k_hist, evm_hist)
-EVM_KERNEL(evm_k_select, evm_select)
-EVM_KERNEL(evm_k_finish, evm_finish)
-
 #else
 
 EVM_DEV void evm_count(evm_u64 *bin, evm_u64 n)
@@ -488,10 +477,12 @@ static inline void evm_host_step(const struct evm_job *j, const struct evm_step 
 	}
 }
 
-/* the kernels' names, as the agent looks them up */
+/* the kernels' names (stats_kernels.c's entry points), as the agent looks them up */
 static const char *const evm_kernel_names[EVM_NKERNELS] __attribute__((unused)) = {
 	"evm_k_partial", "evm_k_merge1", "evm_k_merge2", "evm_k_hist", "evm_k_select",
 	"evm_k_finish",
 };
+
+#endif
 
 #endif

@@ -1,12 +1,13 @@
 """--cupti without a GPU: the agent's build, the launch of CPU jobs with it (real Python,
 real torch, real BPF probes; the agent loaded into a real process, with the real libcupti
 where there is one), the refusal with --pid, the attribution of kernels to module calls
-from recorded sequences (`evmbpf cupti-replay`, through the agent's ring), and a trace
-carrying the GPU events read by the reference reader. --numeric's device statistics: the
-kernels' PTX checked by ptxas, the same kernel source built for the host against the
-reference tracer on random tensors of every dtype, and the channel collector → agent →
-ring end to end with a stand-in libcuda that runs those kernels on the host
-(tests/cupti/). The device runs are in scripts/gpu/cupti.sh."""
+from recorded sequences (`evmbpf-test-aids cupti-replay`, through the agent's ring), and
+a trace carrying the GPU events read by the reference reader. --numeric's device
+statistics: the kernels' PTX checked by ptxas, the same kernel bodies built for the host
+against the reference tracer on random tensors of every dtype, and the channel collector
+→ agent → ring end to end with a stand-in libcuda that runs those kernels on the host
+(tests/cupti/). The aids are build/evmbpf-test-aids (tests/aids/). The device runs are in
+scripts/gpu/cupti.sh."""
 import glob
 import json
 import os
@@ -15,8 +16,8 @@ import sys
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, ROOT, compare_traces, load,
-                            run_launch, without_machine_notes)
+from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, ROOT, TEST_AIDS, compare_traces,
+                            load, run_launch, without_machine_notes)
 
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
@@ -44,7 +45,7 @@ def plain_runs(tmp_path_factory):
 
 
 def replay(text):
-    return subprocess.run([EVMBPF, "cupti-replay"], input=text, capture_output=True,
+    return subprocess.run([TEST_AIDS, "cupti-replay"], input=text, capture_output=True,
                           text=True, timeout=60)
 
 
@@ -374,9 +375,9 @@ def _same_stats(ours, want, name):
 
 
 def test_device_kernels_built_for_the_host_match_the_reference_tracer():
-    """agent/stats_kernels.c compiled as plain C (`evmbpf cupti-stats` runs its kernels'
-    bodies in the device's order) against the reference's _tensor_stats: counts, min, max
-    and median equal, mean and std within 1e-9 relative."""
+    """agent/stats_kernels.h compiled as plain C (`evmbpf-test-aids cupti-stats` runs the
+    kernels' bodies in the device's order) against the reference's _tensor_stats: counts,
+    min, max and median equal, mean and std within 1e-9 relative."""
     import torch
     dtype_codes = {torch.uint8: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.int64: 4,
                    torch.float16: 5, torch.float32: 6, torch.float64: 7, torch.bool: 11,
@@ -386,14 +387,14 @@ def test_device_kernels_built_for_the_host_match_the_reference_tracer():
         want = debug._tensor_stats(view)
         head = "%d %d %d %s %s\n" % (dtype_codes[base.dtype], offset, len(sizes),
                                      " ".join(map(str, sizes)), " ".join(map(str, strides)))
-        got = subprocess.run([EVMBPF, "cupti-stats"], input=head.encode() + _storage_bytes(base),
+        got = subprocess.run([TEST_AIDS, "cupti-stats"], input=head.encode() + _storage_bytes(base),
                              capture_output=True, timeout=120)
         assert got.returncode == 0, got.stderr
         _same_stats(json.loads(got.stdout), want, name)
 
 
 def test_cupti_stats_rejects_a_bad_header():
-    got = subprocess.run([EVMBPF, "cupti-stats"], input=b"6 0 2 3\n", capture_output=True)
+    got = subprocess.run([TEST_AIDS, "cupti-stats"], input=b"6 0 2 3\n", capture_output=True)
     assert got.returncode == 2
     assert got.stderr.decode().count("\n") == 1 and "DTYPE OFFSET NDIM" in got.stderr.decode()
 
@@ -439,7 +440,7 @@ def channel(stand_in, cases, lines, env=(), timeout=120):
         files.append(path)
     e = dict(os.environ, EVMBPF_CUPTI_LIB=stand_in["lib"], EVMBPF_CUDA_LIB=stand_in["lib"], **dict(env))
     e.pop("CUDA_INJECTION64_PATH", None)
-    return subprocess.run([EVMBPF, "cupti-channel", stand_in["host"], *files],
+    return subprocess.run([TEST_AIDS, "cupti-channel", stand_in["host"], *files],
                           input="".join(line + "\n" for line in lines), capture_output=True,
                           text=True, env=e, timeout=timeout)
 
@@ -603,7 +604,7 @@ def agent_run(stand_in, env, work=0):
     for key in ("CUDA_INJECTION64_PATH", "EVMBPF_CUPTI_LIB", "FAKE_CUPTI_VERSION"):
         if key not in env:
             e.pop(key, None)
-    got = subprocess.run([EVMBPF, "cupti-channel", "-v", stand_in["host"]], input="", capture_output=True,
+    got = subprocess.run([TEST_AIDS, "cupti-channel", "-v", stand_in["host"]], input="", capture_output=True,
                          text=True, env=e, timeout=120)
     assert got.returncode == 0, got.stderr
     return events_of(got.stdout), got.stderr

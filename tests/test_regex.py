@@ -2,12 +2,12 @@
 
 Patterns (hand-written, and generated from a small grammar of Python's syntax) are
 compiled by this Python (the host's /usr/bin/python3, 3.11: the version that decides)
-and by evmbpf, through its hidden `regex-test` command, and searched in realistic
-module paths. A pattern Python rejects must be rejected with Python's message; one it
-accepts must match exactly the same paths, or be refused by name when it uses one of
-the few constructs evmbpf does not honour (docs/regex.md). Then the same on the real
-paths: `show --module` against the reference reader, and the tracer's `--modules`
-against the reference tracer's `--debug-modules`, event for event.
+and by evmbpf's own code, through the test aid `evmbpf-test-aids regex-test`, and
+searched in realistic module paths. A pattern Python rejects must be rejected with
+Python's message; one it accepts must match exactly the same paths, or be refused by
+name when it uses one of the few constructs evmbpf does not honour (docs/regex.md).
+Then the same on the real paths: `show --module` against the reference reader, and the
+tracer's `--modules` against the reference tracer's `--debug-modules`, event for event.
 """
 import os
 import random
@@ -18,8 +18,8 @@ import warnings
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, REFERENCE, compare_traces,
-                            load, run_launch, run_reference)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, REFERENCE, TEST_AIDS,
+                            compare_traces, load, run_launch, run_reference)
 
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
@@ -133,9 +133,9 @@ def hexed(text):
 
 
 def evmbpf_regex(patterns, texts):
-    """(pattern -> ('E', message) or ('M', [bool per text])) from `evmbpf regex-test`."""
+    """(pattern -> ('E', message) or ('M', [bool per text])) from the aid `regex-test`."""
     lines = "".join(hexed(p) + " " + " ".join(hexed(t) for t in texts) + "\n" for p in patterns)
-    r = subprocess.run([EVMBPF, "regex-test"], input=lines.encode(), capture_output=True,
+    r = subprocess.run([TEST_AIDS, "regex-test"], input=lines.encode(), capture_output=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
     out = r.stdout.decode().split("\n")[:-1]

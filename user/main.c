@@ -141,14 +141,6 @@ int main(int argc, char **argv)
 		return dump_main(argc - 1, argv + 1);
 	if (argc > 1 && !strcmp(argv[1], "doctor"))
 		return doctor_main(argc - 1, argv + 1);
-	if (argc == 2 && !strcmp(argv[1], "cupti-replay"))  /* hidden: test_cupti's aid */
-		return gpu_calls_replay();
-	if (argc >= 3 && !strcmp(argv[1], "cupti-channel")) /* hidden: test_cupti's aid */
-		return cupti_channel_main(argc - 2, argv + 2);
-	if (argc == 2 && !strcmp(argv[1], "cupti-stats"))   /* hidden: test_cupti's aid */
-		return cupti_stats_main();
-	if (argc == 2 && !strcmp(argv[1], "regex-test"))   /* hidden: the regex tests' aid */
-		return pyre_cli();
 
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },

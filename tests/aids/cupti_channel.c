@@ -1,4 +1,4 @@
-/* `evmbpf cupti-channel [-v] HARNESS FILE...` (hidden; tests/test_cupti.py): --numeric's
+/* `evmbpf-test-aids cupti-channel [-v] HARNESS FILE...` (tests/test_cupti.py): --numeric's
  * channel to the agent, end to end without a device. The collector's own code makes the
  * agent's memfd (cupti_launch_prepare) and asks for the numeric service; HARNESS
  * (tests/cupti/agent_host.c) maps the FILEs (tensors' storage), prints their addresses,
@@ -10,7 +10,7 @@
  *   drain                the agent's ring read (results come in)
  *   sleep MS
  * and at the end the harness exits and the session's end is written (cupti_finish). */
-#include "gpu_calls.h"
+#include "aids.h"
 
 #include <signal.h>
 #include <stdio.h>

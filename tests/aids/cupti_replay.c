@@ -1,4 +1,4 @@
-/* `evmbpf cupti-replay` (hidden; tests/test_cupti.py): a recorded sequence of module calls
+/* `evmbpf-test-aids cupti-replay` (tests/test_cupti.py): a recorded sequence of module calls
  * and agent records, one a line on stdin, through the agent's ring and the attribution,
  * and the `gpu` and `gpu_summary` events the trace would get on stdout:
  *   ring SLOTS                       the ring's size (a power of two; default 65536)
@@ -9,8 +9,9 @@
  *   agent TID                        the agent's --numeric thread (its work apart)
  * Agent records pass through a ring as the agent's do: a line that finds it full counts
  * as dropped (written in gpu_summary), and `flush` drains it. */
-#include "gpu_calls.h"
+#include "aids.h"
 
+#include "gpu_calls.h"
 #include "jsonw.h"
 
 #include <stdio.h>
@@ -23,7 +24,7 @@
 
 void gpu_calls_write(struct trace *t, struct gpu_calls *g, uint64_t ring_dropped);
 
-int gpu_calls_replay(void)
+int cupti_replay_main(void)
 {
 	struct gpu_calls g;
 	gpu_calls_init(&g);

@@ -1,7 +1,7 @@
 /* A stand-in for libcupti and libcuda, for tests/test_cupti.py on machines without a GPU:
  * the CUPTI calls the agent makes succeed, and the driver calls of its --numeric service
  * run on the host: "device" memory is host memory, and cuLaunchKernel runs the kernel's
- * body (agent/stats_kernels.c, the same source the PTX is built from) over its workers at
+ * body (agent/stats_kernels.h, the bodies the PTX is built from) over its workers at
  * once. cuModuleLoadData checks that the image is the NVPTX backend's PTX with every
  * kernel's entry. FAKE_CUDA_HANG=1: cuLaunchKernel never returns (an agent that hangs);
  * FAKE_CUDA_LOG=FILE: one line per launch (kernel, stream).
@@ -21,7 +21,7 @@
 
 #include <cupti.h>
 
-#include "stats_kernels.c"
+#include "stats_kernels.h"
 
 #define API __attribute__((visibility("default")))
 

@@ -34,8 +34,7 @@ void cupti_numeric_tensor(struct describe_ctx *ctx, const struct dnode_tensor *t
 /* trace_writer.c: 1 when the line (with its newline) was taken to wait for results. */
 int cupti_defer_line(struct trace *t, struct buf *line);
 
-/* cupti_stats.c: a result as `, "stats": {...}`; `evmbpf cupti-stats`. */
+/* cupti_stats.c: a result as `, "stats": {...}`. */
 void cupti_stats_json(const struct cupti_req *q, struct buf *out);
-int cupti_stats_main(void);
 
 #endif

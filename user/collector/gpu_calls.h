@@ -4,7 +4,7 @@
  * kernel, copy and set is given to the innermost module call that was running on the
  * launching thread when its API was entered, and each call sums its own and its
  * children's. Needs no device: tests/test_cupti.py replays recorded sequences through
- * `evmbpf cupti-replay`. */
+ * `evmbpf-test-aids cupti-replay` (tests/aids/cupti_replay.c). */
 #ifndef EVMBPF_GPU_CALLS_H
 #define EVMBPF_GPU_CALLS_H
 
@@ -79,12 +79,5 @@ uint64_t gpu_cuda_major(uint64_t api);
 size_t gpu_calls_at(const struct gpu_calls *g, uint32_t tid, uint64_t ns);
 /* Attribute every record and sum the totals (once, at the end). */
 void gpu_calls_resolve(struct gpu_calls *g);
-/* evmbpf cupti-replay (cupti_replay.c): a recorded sequence on stdin, events on stdout. */
-int gpu_calls_replay(void);
-/* evmbpf cupti-stats (cupti_stats.c): the device's stats kernels run on the host. */
-int cupti_stats_main(void);
-/* evmbpf cupti-channel HARNESS FILE... (cupti_channel.c): --numeric's channel to the
- * agent without a device (tests/cupti/). */
-int cupti_channel_main(int argc, char **argv);
 
 #endif

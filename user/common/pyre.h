@@ -31,7 +31,4 @@ const char *pyre_pcre2(const struct pyre *re);
 
 void pyre_free(struct pyre *re);
 
-/* The hidden `evmbpf regex-test` command (tests only): patterns and texts on stdin. */
-int pyre_cli(void);
-
 #endif

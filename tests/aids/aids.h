@@ -1,0 +1,20 @@
+/* evmbpf-test-aids: what the tests drive the collector's and the common code through
+ * without a target, one subcommand an aid (main.c). Not part of evmbpf: the Makefile
+ * links these files with evmbpf's own objects (all but user/main.c) into
+ * build/evmbpf-test-aids. Each reads stdin and writes stdout; 0, or 2 on bad input. */
+#ifndef EVMBPF_TEST_AIDS_H
+#define EVMBPF_TEST_AIDS_H
+
+/* cupti-replay (cupti_replay.c): a recorded sequence of module calls and agent records
+ * through the agent's ring and gpu_calls' attribution; the gpu events on stdout. */
+int cupti_replay_main(void);
+/* cupti-channel [-v] HARNESS FILE... (cupti_channel.c): --numeric's channel to the
+ * agent without a device (tests/cupti/). */
+int cupti_channel_main(int argc, char **argv);
+/* cupti-stats (cupti_stats.c): the agent's stats kernels run on the host. */
+int cupti_stats_main(void);
+/* regex-test (regex_test.c): Python's `re` dialect (pyre.c) on hex-encoded patterns
+ * and texts. */
+int regex_test_main(void);
+
+#endif

@@ -1,0 +1,21 @@
+/* evmbpf-test-aids AID [ARGS...]: the tests' entry to code of evmbpf that they check
+ * apart from a traced process (aids.h). */
+#include "aids.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv)
+{
+	if (argc == 2 && !strcmp(argv[1], "cupti-replay"))
+		return cupti_replay_main();
+	if (argc >= 3 && !strcmp(argv[1], "cupti-channel"))
+		return cupti_channel_main(argc - 2, argv + 2);
+	if (argc == 2 && !strcmp(argv[1], "cupti-stats"))
+		return cupti_stats_main();
+	if (argc == 2 && !strcmp(argv[1], "regex-test"))
+		return regex_test_main();
+	fprintf(stderr, "usage: evmbpf-test-aids cupti-replay | cupti-channel [-v] HARNESS FILE... |\n"
+			"       cupti-stats | regex-test   (stdin to stdout; tests/aids/aids.h)\n");
+	return 2;
+}

@@ -319,5 +319,9 @@ int main(int argc, char **argv)
 		warnx_("--probe-floor takes one --pid, without --follow");
 		return 2;
 	}
+	/* the mode, once: the drivers and what they run take it from here */
+	opts.mode = opts.follow || opts.npids > 1 ? TRACE_JOB : opts.command ? TRACE_COMMAND
+									 : TRACE_PID;
+	opts.launched = opts.command != NULL;
 	return tracer_run(&opts);
 }

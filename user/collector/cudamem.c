@@ -475,7 +475,7 @@ static void list_unknown(struct session *s)
 static void ld_hook(struct session *s)
 {
 	struct cudamem *c = &s->cuda;
-	if (s->skel->rodata->numeric || !hold_is_safe(s->target.pid, s->opts->command != NULL))
+	if (s->skel->rodata->numeric || !session_may_hold(s))
 		return;
 	static char name[PATH_MAX], open_path[PATH_MAX];
 	uint64_t start = 0, v, r_debug, off;
@@ -528,7 +528,7 @@ static void place_probes(struct session *s)
 						   c->init_off, "c10::cuda::device_count_ensure_non_zero");
 		if (l) {
 			c->links[c->nlinks++] = l;
-			if (!skel->rodata->numeric && hold_is_safe(s->target.pid, s->opts->command != NULL) &&
+			if (!skel->rodata->numeric && session_may_hold(s) &&
 			    !watchdog_start(s->target.pid)) {
 				watchdog_hold(s->target.pid, 1);
 				s->ps->cuda_init_hold = 1;

@@ -185,7 +185,7 @@ int session_load(struct session *s)
 	ps->cfg.rules = s->opts->trace.nrules > 0;
 	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
 	ps->cfg.runtime = t->runtime;
-	ps->hold_next = hold_is_safe(t->pid, s->opts->command != NULL);
+	ps->hold_next = session_may_hold(s);
 	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
 	ps->bound_hold = ps->hold_next;
 	/* a bound call's return is seen by hardware watchpoints alone: where they do not

@@ -137,7 +137,7 @@ void samples_attach(struct session *s)
 		return; /* no breakpoint fires here: not observable, said once (hwwatch.c) */
 	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
 	memset(w, 0, sizeof(*w));
-	s->ps->samples_hold = hold_is_safe(t->pid, s->opts->command != NULL);
+	s->ps->samples_hold = session_may_hold(s);
 	if (s->ps->samples_hold)
 		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
 	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,

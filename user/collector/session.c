@@ -114,6 +114,11 @@ static double cpu_s(void)
 	       ru.ru_stime.tv_usec / 1e6;
 }
 
+int session_may_hold(const struct session *s)
+{
+	return hold_is_safe(s->target.pid, s->opts->launched);
+}
+
 void session_abandon(struct session *s)
 {
 	session_detach(s);
@@ -342,9 +347,9 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
-	int rc = opts->follow || opts->npids > 1 ? run_job(opts)
-		 : opts->command			? run_launch(opts)
-							: run_attach(opts);
+	int rc = opts->mode == TRACE_JOB       ? run_job(opts)
+		 : opts->mode == TRACE_COMMAND ? run_launch(opts)
+					       : run_attach(opts);
 	watchdog_stop();
 	return rc;
 }

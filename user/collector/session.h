@@ -46,6 +46,9 @@ extern volatile sig_atomic_t stop_signal;
 /* session.c */
 /* Inspect the target, open the trace, load and attach (or the floor's programs). */
 int session_prepare(struct session *s, pid_t pid);
+/* May the target be stopped now (SIGSTOP, while something is read)? Never a terminal's
+ * foreground job that evmbpf did not launch. */
+int session_may_hold(const struct session *s);
 /* A session that failed before it traced: every probe removed, the trace file it had
  * begun removed (not stdout), its slot and file descriptors given back. The one
  * teardown for --pid, launch and job modes. */

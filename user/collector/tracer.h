@@ -6,7 +6,17 @@
 #include <sys/types.h>
 #include "trace.h"
 
+/* What is traced (main.c decides, once) */
+enum tracer_mode {
+	TRACE_PID,      /* --pid PID: one running process */
+	TRACE_COMMAND,  /* -- COMMAND: the command, from its first Python instruction */
+	TRACE_JOB,      /* --pid A,B or --follow: every process of a job (job.c) */
+};
+
 struct tracer_opts {
+	enum tracer_mode mode;
+	int launched;           /* the processes are evmbpf's command and what it starts:
+	                         * evmbpf sees their stops (a hold is always safe) */
 	pid_t pid;              /* --pid, or 0 in launch mode */
 	pid_t *pids;            /* every --pid (pids[0] == pid) */
 	int npids;

@@ -35,6 +35,7 @@
 #include "procmem.h"
 #include "procstate.h"
 #include "session.h"
+#include "uprobes.h"
 #include "watchdog.h"
 
 #define SYM_ALLOCATOR "_ZN3c104cuda20CUDACachingAllocator9allocatorE"

@@ -5,6 +5,7 @@
  * (one epoll over every ring buffer). bpf/follow.bpf.c tells it of new processes and holds
  * them until their probes are placed. */
 #include "session.h"
+#include "uprobes.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,7 @@
 /* Loading the BPF programs (the layouts and addresses the target gave them) and placing
  * their probes; taking them away. */
 #include "session.h"
+#include "uprobes.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -51,24 +52,6 @@ const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS] = {
 	  .dtype_off = 208, .device_off = 216, .device_order = 2, .sizes_kind = 1,
 	  .dtype_kind = 1, .storage_off = 24, .sdata_off = 24 },
 };
-
-struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
-				      const char *path, uint64_t off, const char *what)
-{
-	LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
-	struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
-	int err = errno;
-	if (!l && process_gone(pid))
-		warnx_("process %d exited while evmbpf was attaching; nothing traced", pid);
-	else if (!l && (err == EACCES || err == EPERM) && !has_cap(CAP_SYS_ADMIN))
-		warnx_("cannot attach a uprobe to %s: %s; this kernel allows uprobes only with "
-		       "CAP_SYS_ADMIN (CAP_PERFMON is not enough here): add it, or run evmbpf as root",
-		       what, strerror(err));
-	else if (!l)
-		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(err));
-	return l;
-}
-
 
 /* --numeric: tensors spanning at most this many bytes are read by the probe itself
  * (bpf/tensor_bytes.bpf.h), one staging entry per CPU; EVMBPF_NUMERIC_PROBE_BYTES

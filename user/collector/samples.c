@@ -27,6 +27,7 @@
 #include "hwwatch.h"
 #include "jsonw.h"
 #include "session.h"
+#include "uprobes.h"
 #include "trace_parts.h"
 #include "procstate.h"
 #include "util.h"

@@ -85,8 +85,6 @@ int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 int session_load(struct session *s);
 int session_load_floor(struct session *s);
 void session_detach(struct session *s);
-struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
-			       uint64_t off, const char *what);
 
 /* cupti_session.c: --cupti (launch mode). prepare: the agent's ring and the command's
  * environment, before the command starts (-1: said why, the trace goes on without it);

@@ -36,3 +36,34 @@ def evmbpf():
     if not os.access(EVMBPF, os.X_OK):
         pytest.fail(f"{EVMBPF} is not built: run make")
     return EVMBPF
+
+
+# the fault tests' (tests/test_faults_*.py): one fork server of processes that imported
+# torch, and the full trace of the same forwards, for every file of them
+@pytest.fixture(scope="session")
+def server():
+    from faults_lib import ForkServer
+    s = ForkServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def full_trace(server, tmp_path_factory):
+    """The same forwards, traced to their end without a kill: the oracle for the prefixes."""
+    from faults_lib import (FULL_FORWARDS, MODULES_PER_FORWARD, ROWS, Tracer,
+                            read_jsonl)
+    out = str(tmp_path_factory.mktemp("full") / "full.jsonl")
+    pid, go, done = server.fork(FULL_FORWARDS, ROWS)
+    tracer = Tracer(pid, out)
+    open(go, "w").close()
+    assert server.reap(pid) == 0
+    assert tracer.wait() == 0, tracer.err
+    events, _ = read_jsonl(out)
+    forwards = [e for e in events if e["event"] == "forward"]
+    assert len(forwards) == FULL_FORWARDS
+    enters = [e for e in events if e["event"] == "enter"]
+    assert len(enters) == FULL_FORWARDS * MODULES_PER_FORWARD
+    with open(done) as handle:
+        checksum = handle.read()
+    return events, checksum

@@ -1,4 +1,4 @@
-"""exec for tests/test_faults.py: three forwards, then os.execv into another Python that
+"""exec for tests/test_faults_processes.py: three forwards, then os.execv into another Python that
 runs five forwards of its own model; the trace ends at the exec."""
 import os
 import sys

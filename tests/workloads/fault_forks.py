@@ -1,4 +1,4 @@
-"""Processes for tests/test_faults.py: the parent runs forwards, an os.fork() child runs
+"""Processes for tests/test_faults_processes.py: the parent runs forwards, an os.fork() child runs
 forwards of the same model (at the same addresses), and a DataLoader with two worker
 processes calls the model from its dataset. Only the parent's forwards are to be traced."""
 import json

@@ -1,5 +1,5 @@
 """A small nested model and a deterministic forward loop, for the fault tests
-(tests/test_faults.py). As a run_workload.py workload, env knobs:
+(tests/test_faults_*.py). As a run_workload.py workload, env knobs:
 
     FAULT_FORWARDS=N        forwards to run (default 40)
     FAULT_DIE=segv|exit|raise   die inside blocks.1.inner during forward FAULT_AT (default 3):

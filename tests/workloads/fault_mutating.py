@@ -1,4 +1,4 @@
-"""Memory changing under the reader, for tests/test_faults.py.
+"""Memory changing under the reader, for tests/test_faults_input.py.
 
 A thread resizes a tensor between a 2-dim and a 7-dim shape without pause (resize_ runs
 without the GIL, and 7 dims do not fit SizesAndStrides' inline storage, so its size

@@ -1,4 +1,4 @@
-"""Threads for tests/test_faults.py: one model, four threads running forwards at once.
+"""Threads for tests/test_faults_threads.py: one model, four threads running forwards at once.
 Thread 0 is started in build() (before evmbpf attaches with --wait-for), threads 1 and 2
 in run() (after), and the main thread runs forwards too. A thread's inputs have as many
 rows as its number + 1, so a trace can tell whose forward an event belongs to.

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "dump_values.h"
 #include "evmbpf.h"
 #include "target.h"
 #include "trace.h"
@@ -45,23 +46,9 @@ struct dump_snapshot {
 int dump_read(struct target *t, struct dump_snapshot *s);
 void dump_snapshot_free(struct dump_snapshot *s);
 
-/* A tensor object of the target as _describe writes it ({"shape": ...}, or
- * {"type": "Tensor"} when no known layout validates). 1 when it validated. */
-int dump_tensor(struct target *t, uint64_t obj, struct buf *out);
-/* Is obj a torch.Tensor (1) / an instance of torch.nn.Module (2)? 0: neither. */
-int dump_kind(struct target *t, uint64_t obj);
+/* dump_tensor, dump_kind: dump_values.h */
 
-/* One Python frame as a traceback shows it. */
-struct dump_frame {
-	char file[512], func[256];
-	struct code_loc loc;  /* its line (-1: not known) and on 3.11+ its columns */
-};
-/* The Python frames of the target's thread tid (the kernel's id, host namespace),
- * outermost first, at most max: n, or -1 when no thread state is that thread's. Read
- * while the thread is stopped. */
-int dump_thread_frames(struct target *t, int tid, struct dump_frame *out, int max);
-
-/* `evmbpf dump ...` (argv[0] is "dump"): evmbpf's exit code. */
+/* `evmbpf dump ...` (argv[0] is "dump"): evmbpf's exit code (dump_cli.c). */
 int dump_main(int argc, char **argv);
 
 #endif

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dump.h"
 #include "jsonw.h"
+#include "pyframes.h"
 #include "samples.h"
 
 /* The source line lineno of file (read through the target's root), as linecache gives
@@ -141,80 +141,10 @@ static void exc_message_utf8(const struct rec_exception *e, char *dst, size_t ca
 	dst[o] = 0;
 }
 
-/* CPython 3.11+ location table (Objects/locations.md): the line of the code unit at
- * byte offset lasti; -1 when unknown. */
-static unsigned lt_varint(const uint8_t *lt, size_t n, size_t *i)
-{
-	unsigned v = 0, shift = 0;
-	while (*i < n) {
-		uint8_t b = lt[(*i)++];
-		v |= (unsigned)(b & 63) << shift;
-		shift += 6;
-		if (!(b & 64) || shift > 24)
-			break;
-	}
-	return v;
-}
-
-static int lt_svarint(const uint8_t *lt, size_t n, size_t *i)
-{
-	unsigned v = lt_varint(lt, n, i);
-	return v & 1 ? -(int)(v >> 1) : (int)(v >> 1);
-}
-
 static int line_from_table(const struct tb_entry *tb)
 {
-	return trace_line_at(tb->linetable, tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX,
-			     tb->firstlineno, tb->lasti);
-}
-
-int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti)
-{
-	struct code_loc loc;
-	return trace_loc_at(lt, n, firstlineno, lasti, &loc) ? -1 : loc.line;
-}
-
-int trace_loc_at(const uint8_t *lt, size_t n, int firstlineno, int lasti, struct code_loc *loc)
-{
-	size_t i = 0;
-	int line = firstlineno, addr = 0, target = lasti / 2;
-	while (i < n) {
-		uint8_t b = lt[i++];
-		if (!(b & 0x80))
-			return -1;
-		int code = (b >> 3) & 15, len = (b & 7) + 1, none = 0;
-		int end_line = -1, col = -1, end_col = -1;
-		if (code == 15) {
-			none = 1;
-		} else if (code == 14) {
-			line += lt_svarint(lt, n, &i);
-			end_line = line + (int)lt_varint(lt, n, &i);
-			col = (int)lt_varint(lt, n, &i) - 1;
-			end_col = (int)lt_varint(lt, n, &i) - 1;
-		} else if (code == 13) {
-			line += lt_svarint(lt, n, &i);
-		} else if (code >= 10) {
-			line += code - 10;
-			end_line = line;
-			col = i < n ? lt[i] : -1;
-			end_col = i + 1 < n ? lt[i + 1] : -1;
-			i += 2;
-		} else {
-			uint8_t second = i < n ? lt[i] : 0;
-			end_line = line;
-			col = code * 8 + ((second >> 4) & 7);
-			end_col = col + (second & 15);
-			i += 1;
-		}
-		if (target < addr + len) {
-			if (none)
-				return -1;
-			*loc = (struct code_loc){ line, end_line, col, end_col };
-			return 0;
-		}
-		addr += len;
-	}
-	return -1;
+	return py_line_at(tb->linetable, tb->lt_len < EXC_LT_MAX ? tb->lt_len : EXC_LT_MAX,
+			  tb->firstlineno, tb->lasti);
 }
 
 static const char *exc_short_name(const char *tp_name)
@@ -249,7 +179,7 @@ static void tb_item(struct tb_list *l)
 }
 
 static void write_error(struct trace *t, const char *exc_type, const char *message,
-			const struct rec_exception *e, uint32_t tid, const struct dump_frame *fr,
+			const struct rec_exception *e, uint32_t tid, const struct py_frame *fr,
 			int nfr, const char *exc_qualname)
 {
 	struct thread_stack *s = NULL;
@@ -376,8 +306,8 @@ void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
 	 * parent's. The traceback is the held thread's Python frames as the culprit returned
 	 * (the reference's own frames, its hook's and the culprit's _call_impl at the hook
 	 * call, exist only in-process; docs/design.md says which differ). */
-	static struct dump_frame fr[256];
-	int n = dump_thread_frames(t->target, (int)tid, fr, 256);
+	static struct py_frame fr[256];
+	int n = py_thread_frames(t->target, (int)tid, fr, 256);
 	write_error(t, "NonFiniteOutput", message, NULL, tid, fr, n,
 		    "evalmetry.debug.NonFiniteOutput");
 	stacks_reconcile_all(t, "session ended");

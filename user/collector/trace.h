@@ -118,15 +118,6 @@ int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first);
 /* A frame's first local as an object: through the cell it is kept in when a closure
  * captures it (3.11+; torch 2's Module._call_impl does that to self). */
 uint64_t trace_first_object(struct trace *t, uint64_t first);
-/* A 3.11+ code unit's position: its line and end line, its columns as UTF-8 byte offsets
- * (-1 when the table gives none). */
-struct code_loc {
-	int line, end_line, col, end_col;
-};
-int trace_loc_at(const uint8_t *lt, size_t n, int firstlineno, int lasti, struct code_loc *loc);
-/* CPython 3.11+: the line of the code unit at byte offset lasti in a code object's
- * location table (n bytes, lt); -1 when unknown. */
-int trace_line_at(const uint8_t *lt, size_t n, int firstlineno, int lasti);
 /* --stop-on-nonfinite: the reference's NonFiniteOutput error at the frame still open
  * (detected_at: culprit) and the frames unwound as `session ended`; the trace ends. */
 void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,

@@ -1,0 +1,160 @@
+/* `evmbpf dump --pid PID`: the target stopped for the read (or read while it runs until
+ * two reads agree, or read as it is when its user stopped it), then printed. */
+#include "dump.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "dump_print.h"
+#include "procstate.h"
+#include "tracer.h"
+#include "watchdog.h"
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static uint64_t signature(const struct dump_snapshot *s)
+{
+	uint64_t h = (uint64_t)s->n;
+	for (int i = 0; i < s->n; i++)
+		h = (h ^ s->threads[i].signature ^ s->threads[i].tstate) * 1099511628211ULL;
+	return h;
+}
+
+static const char dump_usage[] =
+	"USAGE\n"
+	"  evmbpf dump --pid PID [--json]\n"
+	"\n"
+	"The module stack of every thread of a running CPython + PyTorch process, now: each\n"
+	"thread's running modules outermost first (path as named_modules() names it, class,\n"
+	"the shapes and dtypes it was called with, phase), and the Python frame at the top\n"
+	"of the thread (function, file:line). No probe is attached: the target's memory is\n"
+	"only read. The target is stopped (SIGSTOP) for the few milliseconds of the read,\n"
+	"except a terminal's foreground job, which is read while it runs until two reads\n"
+	"agree; a target its user stopped is read as it is and stays stopped.\n"
+	"\n"
+	"OPTIONS\n"
+	"  -p, --pid PID   the process (its pid as the host sees it)\n"
+	"      --json      one JSON document instead of text (keys: docs/dump-doctor.md)\n"
+	"  -v, --verbose   say more on stderr\n"
+	"  -h, --help      this text\n"
+	"\n"
+	"Needs root, or CAP_SYS_PTRACE (and CAP_KILL for another user's process).\n";
+
+int dump_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "pid", required_argument, NULL, 'p' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	pid_t pid = 0;
+	int json = 0, c;
+	opterr = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, ":p:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'p':
+			if (parse_pid(optarg, &pid))
+				return 2;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'v':
+			verbose++;
+			break;
+		case 'h':
+			fputs(dump_usage, stdout);
+			return 0;
+		default:
+			return bad_option("dump", c, argv);
+		}
+	}
+	if (optind < argc) {
+		warnx_("dump takes no argument '%s': give the process as --pid PID", argv[optind]);
+		return 2;
+	}
+	if (!pid) {
+		warnx_("dump needs --pid PID (see evmbpf dump --help)");
+		return 2;
+	}
+	static struct target t;
+	t.root_fd = -1;
+	if (target_inspect(&t, pid))
+		return 1;
+	if (!t.runtime) {
+		warnx_("%s has no _PyRuntime symbol to find the threads from; evmbpf dump cannot "
+		       "read this Python", t.py_path);
+		return 1;
+	}
+	struct dump_result res = { .how = "running", .consistent = 0 };
+	struct dump_snapshot s = {0};
+	double t0 = now_ms();
+	int stopped_before = !wait_stopped(pid, 0);
+	int rc = 0;
+	if (stopped_before) {
+		res.how = "already-stopped";
+		rc = dump_read(&t, &s);
+		res.reads = res.consistent = 1;
+	} else if (hold_is_safe(pid, 0)) {
+		res.how = "stopped";
+		if (!watchdog_start(pid))
+			watchdog_hold(pid, 1);
+		double h0 = now_ms();
+		if (kill(pid, SIGSTOP)) {
+			warnx_("cannot stop process %d: %s", pid, strerror(errno));
+			watchdog_stop();
+			return 1;
+		}
+		if (wait_stopped(pid, 500))
+			debugx("%d did not stop within 500 ms; reading it anyway", pid);
+		rc = dump_read(&t, &s);
+		kill(pid, SIGCONT);
+		res.held_ms = now_ms() - h0;
+		watchdog_hold(pid, 0);
+		watchdog_stop();
+		res.reads = res.consistent = 1;
+	} else {
+		/* read while it runs, until two reads agree (frames and positions) */
+		uint64_t last = 0;
+		for (res.reads = 1; res.reads <= 10; res.reads++) {
+			dump_snapshot_free(&s);
+			rc = dump_read(&t, &s);
+			uint64_t sig = signature(&s);
+			if (rc || (res.reads > 1 && sig == last)) {
+				res.consistent = !rc;
+				break;
+			}
+			last = sig;
+		}
+		if (res.reads > 10)
+			res.reads = 10;
+	}
+	res.read_ms = now_ms() - t0;
+	if (rc) {
+		if (kill(pid, 0) && errno == ESRCH)
+			warnx_("process %d exited while evmbpf was reading it", pid);
+		else
+			warnx_("cannot read the thread list of process %d (its interpreter is not "
+			       "initialized, or is finalizing)", pid);
+		dump_snapshot_free(&s);
+		return 1;
+	}
+	if (json)
+		dump_print_json(&t, &s, &res);
+	else
+		dump_print_text(&t, &s, &res);
+	dump_snapshot_free(&s);
+	return fflush(stdout) ? 1 : 0;
+}

@@ -14,7 +14,7 @@
 #include "outpattern.h"
 #include "pyre.h"
 #include "readers.h"
-#include "tracer.h"
+#include "tracer_run.h"
 #include "util.h"
 #include "version.h"
 

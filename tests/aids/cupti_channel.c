@@ -24,7 +24,8 @@
 #include "cupti_numeric.h"
 #include "jsonw.h"
 #include "numeric.h"
-#include "session.h"
+#include "session_state.h"
+#include "cupti_session.h"
 #include "trace_parts.h"
 #include "util.h"
 

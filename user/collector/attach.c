@@ -1,6 +1,8 @@
 /* --pid: attach to a running process (the modules already running are watched for
  * their orphan exits). */
 #include "session.h"
+#include "drivers.h"
+#include "numeric_session.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
 #define EVMBPF_BOUND_H
 
 #include "modtree.h"
-#include "session.h"
+#include "session_state.h"
 
 /* A new call site (REC_BOUND_SITE): watch it on its thread, continue a held target. */
 void bound_site(struct session *s, const struct rec_bound_site *r);

@@ -34,7 +34,8 @@
 #include "jsonw.h"
 #include "procmem.h"
 #include "procstate.h"
-#include "session.h"
+#include "session_state.h"
+#include "cudamem_session.h"
 #include "uprobes.h"
 #include "watchdog.h"
 

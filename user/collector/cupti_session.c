@@ -9,7 +9,8 @@
  *   what no module call launched, records lost).
  * The reference reader skips event kinds it does not know (tests/test_cupti.py checks
  * that its text is evmbpf summarize's). */
-#include "session.h"
+#include "session_state.h"
+#include "cupti_session.h"
 
 #include <errno.h>
 #include <limits.h>

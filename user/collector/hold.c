@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "session.h"
+#include "session_state.h"
 #include "util.h"
 
 enum { T_RUNNING, T_HELD, T_GONE };

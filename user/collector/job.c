@@ -5,6 +5,8 @@
  * (one epoll over every ring buffer). bpf/follow.bpf.c tells it of new processes and holds
  * them until their probes are placed. */
 #include "session.h"
+#include "drivers.h"
+#include "numeric_session.h"
 #include "uprobes.h"
 
 #include <errno.h>

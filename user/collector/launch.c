@@ -3,6 +3,9 @@
  * and at the new image's entry point are bpf/follow.bpf.c's (--follow's), for the one
  * process: its exec and entry programs, the command's pid in its `followed` map. */
 #include "session.h"
+#include "cupti_session.h"
+#include "drivers.h"
+#include "numeric_session.h"
 #include "uprobes.h"
 
 #include <errno.h>

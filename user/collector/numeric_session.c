@@ -1,6 +1,8 @@
 /* --numeric and --stop-on-nonfinite in a session: the hold put in place once the
  * probes are, and the stop at the first module whose output holds a NaN or an Inf. */
 #include "session.h"
+#include "numeric_session.h"
+#include "probes.h"
 
 #include <errno.h>
 #include <signal.h>

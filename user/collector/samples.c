@@ -26,7 +26,7 @@
 
 #include "hwwatch.h"
 #include "jsonw.h"
-#include "session.h"
+#include "session_state.h"
 #include "uprobes.h"
 #include "trace_parts.h"
 #include "procstate.h"

@@ -1,6 +1,10 @@
 /* A tracing session: inspect the target, open the trace, load and attach, read the ring
  * buffer into the trace until the target ends or evmbpf is asked to stop, finish. */
 #include "session.h"
+#include "cudamem_session.h"
+#include "cupti_session.h"
+#include "objects.h"
+#include "probes.h"
 #include "samples.h"
 
 #include <errno.h>
@@ -24,11 +28,6 @@
 #include "watchdog.h"
 
 volatile sig_atomic_t stop_signal;
-
-static void on_signal(int sig)
-{
-	stop_signal = sig;
-}
 
 int session_record(void *ctx, void *data, size_t size)
 {
@@ -114,11 +113,6 @@ static double cpu_s(void)
 	       ru.ru_stime.tv_usec / 1e6;
 }
 
-int session_may_hold(const struct session *s)
-{
-	return hold_is_safe(s->target.pid, s->opts->launched);
-}
-
 void session_abandon(struct session *s)
 {
 	session_detach(s);
@@ -181,6 +175,11 @@ int session_prepare(struct session *s, pid_t pid)
 	s->trace.cuda = &s->cuda;
 	if (session_load(s))
 		return -1;
+	s->rb = ring_buffer__new(s->ring_fd, session_record, s, NULL);
+	if (!s->rb) {
+		warnx_("cannot open the ring buffer: %s", strerror(errno));
+		return -1;
+	}
 	cudamem_session_step(s); /* CUDA initialised before the attach: right from the first event */
 	return 0;
 }
@@ -326,30 +325,5 @@ int session_finish(struct session *s)
 	session_unload(s);
 	if (s->target.root_fd > 0)
 		close(s->target.root_fd);
-	return rc;
-}
-
-static void install_signals(void)
-{
-	struct sigaction sa = { .sa_handler = on_signal };
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	/* a file size limit (ulimit -f) makes writes fail with EFBIG instead of killing us */
-	signal(SIGXFSZ, SIG_IGN);
-}
-
-int tracer_run(const struct tracer_opts *opts)
-{
-	if (privileges_check())
-		return 1;
-	libbpf_set_print(evmbpf_libbpf_print);
-	install_signals();
-	int rc = opts->mode == TRACE_JOB       ? run_job(opts)
-		 : opts->mode == TRACE_COMMAND ? run_launch(opts)
-					       : run_attach(opts);
-	watchdog_stop();
 	return rc;
 }

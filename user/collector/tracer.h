@@ -37,8 +37,6 @@ struct tracer_opts {
 enum { FLOOR_NONE, FLOOR_PAIR, FLOOR_ENTRY, FLOOR_AT };
 
 
-/* Returns evmbpf's exit code: 0, 1 on an error, or in launch mode the command's. */
-int tracer_run(const struct tracer_opts *opts);
 
 /* The known TensorImpl layouts (the BPF side's table). */
 extern const struct tensor_layout tensor_layouts[TENSOR_LAYOUTS];

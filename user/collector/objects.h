@@ -1,0 +1,13 @@
+/* One loaded object per Python build, a slot of it per process (objects.c) */
+#ifndef EVMBPF_OBJECTS_H
+#define EVMBPF_OBJECTS_H
+
+#include "session_state.h"
+
+/* objects.c: the process's slot in an object of its Python (one loaded when none fits);
+ * live: the programs see it; unload: the slot freed, the object with its last process */
+int session_slot_open(struct session *s);
+int session_slot_live(struct session *s);
+void session_unload(struct session *s);
+
+#endif

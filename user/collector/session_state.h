@@ -1,0 +1,54 @@
+/* One tracing session's state: the target, its trace, the loaded programs and their
+ * links. What the parts that serve a session (probes, objects, bound calls, samples,
+ * CUDA memory, --cupti, holds) read and fill; session.h adds what session.c does with it. */
+#ifndef EVMBPF_SESSION_STATE_H
+#define EVMBPF_SESSION_STATE_H
+
+#include <signal.h>
+#include <stdarg.h>
+
+#include <bpf/libbpf.h>
+
+#include "tracer.h"  /* first: the skeletons use the types of include/evmbpf.h */
+#include "procslot.h"
+#include "evmbpf.skel.h"
+#include "floor.skel.h"
+#include "status.h"
+#include "cudamem.h"
+#include "procstate.h"
+
+struct session {
+	const struct tracer_opts *opts;
+	const char *out;  /* this process's trace file (--out's pattern expanded), or NULL: opts->out */
+	struct target target;
+	struct trace trace;
+	struct evmbpf_bpf *skel;   /* the object it shares (objects.c), or NULL */
+	struct evm_object *obj;
+	struct proc_state *ps;     /* its slot's state in the object (mapped) */
+	uint32_t slot;
+	int ring_fd;               /* its own ring buffer */
+	struct floor_bpf *floor;   /* --probe-floor instead of skel */
+	uint64_t dropped_reported; /* drops already written to the trace */
+	struct ring_buffer *rb;
+#define SESSION_LINKS 16
+	struct bpf_link *links[SESSION_LINKS];
+	int nlinks;
+	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
+	int ended;        /* the target's last thread exited */
+	int exit_code;    /* as wait(2) encodes it */
+	int execed;       /* the target exec'd another program: what came after is not traced */
+	struct status status; /* the status line and the summary line */
+	struct cudamem cuda;  /* CUDA memory counters: the allocator found in the target */
+};
+
+/* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
+extern volatile sig_atomic_t stop_signal;
+
+/* May the target be stopped now (SIGSTOP, while something is read)? Never a terminal's
+ * foreground job that evmbpf did not launch. */
+static inline int session_may_hold(const struct session *s)
+{
+	return hold_is_safe(s->target.pid, s->opts->launched);
+}
+
+#endif

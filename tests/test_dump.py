@@ -29,8 +29,8 @@ def lines_of(path, *needles):
     return {n: i for n in needles for i, line in enumerate(text, 1) if n in line}
 
 
-# Pause.forward waits in `while not os.path.exists(resume) ...: time.sleep(0.01)`
-PAUSE_LINES = set(lines_of(MIDFORWARD_ANY, "while not os.path.exists(resume)",
+# Pause.forward waits in `while not os.access(resume, os.F_OK) ...: time.sleep(0.01)`
+PAUSE_LINES = set(lines_of(MIDFORWARD_ANY, "while not os.access(resume, os.F_OK)",
                            "time.sleep(0.01)").values())
 
 

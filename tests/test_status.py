@@ -69,7 +69,7 @@ def check_summary(line, out):
     """The summary line says what is in the file."""
     m = SUMMARY.fullmatch(line)
     assert m, line
-    events = load(out)
+    events = load(out, marks=True)  # every line of the file, the closing mark too
     assert int(m.group(1)) == len(events)
     assert int(m.group(3)) == sum(e["event"] == "forward" for e in events)
     assert int(m.group(4)) == sum(e.get("count", 0) for e in events if e["event"] == "dropped")

@@ -25,7 +25,7 @@ def build():
         if flag:
             open(flag, "w").close()
         deadline = time.monotonic() + float(os.environ.get("MIDFORWARD_PAUSE", "3"))
-        while resume and not os.path.exists(resume) and time.monotonic() < deadline:
+        while resume and not os.access(resume, os.F_OK) and time.monotonic() < deadline:
             time.sleep(0.01)
 
     model.model.layers[31].mlp.act_fn.register_forward_pre_hook(wait)

@@ -55,9 +55,10 @@ static long long out_size(const struct status *st, const struct trace *t)
 }
 
 /* The phase of the innermost running module of the first thread that runs one; when
- * none runs (between forwards), the one seen last. */
+ * none runs (between forwards), that of the last module entered. */
 static const char *current_phase(struct status *st, const struct trace *t)
 {
+	snprintf(st->phase, sizeof(st->phase), "%s", t->last_phase);
 	for (size_t i = 0; i < t->nthreads; i++) {
 		const struct thread_stack *s = &t->threads[i];
 		if (s->depth && s->frames[s->depth - 1].phase) {

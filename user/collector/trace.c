@@ -218,6 +218,8 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	f->raised = 0;
 	f->call_id = ++t->call_id;
 	f->phase = xstrdup(phase_at(t, s, r->marker));
+	if (strncmp(t->last_phase, f->phase, sizeof(t->last_phase) - 1))
+		snprintf(t->last_phase, sizeof(t->last_phase), "%s", f->phase);
 	f->args = xstrdup(t->opts.numeric ? nargs.data : args.data);
 
 	struct buf b = {0};

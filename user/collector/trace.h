@@ -90,6 +90,8 @@ struct trace {
 	int64_t batch_rows;
 
 	struct rec_exception *last_exc;  /* uncaught exception, if one reached the top */
+	char last_phase[64];             /* the phase of the last module entered (the status line's,
+	                                  * between forwards) */
 	int ended;
 	int write_failed;
 	uint64_t records, events, unknown_modules;

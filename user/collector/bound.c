@@ -17,10 +17,9 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 #include <linux/hw_breakpoint.h>
-#include <linux/perf_event.h>
-#include <sys/syscall.h>
 
 #include "elfsym.h"
+#include "hwwatch.h"
 #include "procstate.h"
 #include "util.h"
 
@@ -38,17 +37,8 @@ static int said_full, said_failed, said_nested, said_deep;
 
 static struct bpf_link *watch(struct session *s, pid_t tid, uint64_t addr)
 {
-	struct perf_event_attr a = {
-		.type = PERF_TYPE_BREAKPOINT,
-		.size = sizeof(a),
-		.bp_type = HW_BREAKPOINT_RW, /* x86 has no read-only kind; code bytes are never written */
-		.bp_addr = addr,
-		.bp_len = HW_BREAKPOINT_LEN_1,
-		.sample_period = 1,
-		.exclude_kernel = 1,
-		.exclude_hv = 1,
-	};
-	int fd = syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	/* x86 has no read-only kind; code bytes are never written */
+	int fd = hw_watch_open(tid, HW_BREAKPOINT_RW, addr, HW_BREAKPOINT_LEN_1, HW_WATCH_SAMPLE);
 	if (fd < 0)
 		return NULL;
 	struct bpf_link *l = bpf_program__attach_perf_event(s->skel->progs.bound_trap, fd);

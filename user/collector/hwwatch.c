@@ -34,7 +34,7 @@ __attribute__((noinline)) static void executed(void)
 	__asm__ volatile("" ::: "memory");
 }
 
-static int open_watch(uint32_t type, uint64_t addr, uint64_t len)
+int hw_watch_open(pid_t tid, uint32_t type, uint64_t addr, uint64_t len, int flags)
 {
 	struct perf_event_attr a;
 	memset(&a, 0, sizeof(a));
@@ -43,10 +43,11 @@ static int open_watch(uint32_t type, uint64_t addr, uint64_t len)
 	a.bp_type = type;
 	a.bp_addr = addr;
 	a.bp_len = len;
+	a.sample_period = (flags & HW_WATCH_SAMPLE) ? 1 : 0;
 	a.exclude_kernel = 1;
 	a.exclude_hv = 1;
-	/* counting: no sample_period, so no signal and no ring; read() gives the hits */
-	return (int)syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	a.inherit = (flags & HW_WATCH_INHERIT) ? 1 : 0;
+	return (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
 }
 
 static uint64_t hits(int fd)
@@ -69,12 +70,14 @@ static void run(struct hw_watch *w)
 		return;
 	}
 	/* read/write, one byte, as the watches on the target's code units */
-	int rw = open_watch(HW_BREAKPOINT_RW, (uint64_t)(uintptr_t)&touched[8], HW_BREAKPOINT_LEN_1);
+	/* counting (no sample period: no signal, no ring); read() gives the hits */
+	int rw = hw_watch_open(0, HW_BREAKPOINT_RW, (uint64_t)(uintptr_t)&touched[8],
+			       HW_BREAKPOINT_LEN_1, 0);
 	if (rw < 0) {
 		w->err = errno;
 		return;
 	}
-	int x = open_watch(HW_BREAKPOINT_X, (uint64_t)(uintptr_t)executed, sizeof(long));
+	int x = hw_watch_open(0, HW_BREAKPOINT_X, (uint64_t)(uintptr_t)executed, sizeof(long), 0);
 	if (x < 0)
 		w->exec_err = errno;
 	w->opened = 1;

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct hw_watch {
 	int opened;             /* the kernel accepted the read/write breakpoint */
@@ -14,6 +15,13 @@ struct hw_watch {
 	uint64_t exec_hits, exec_runs;
 };
 
+/* A hardware breakpoint on thread tid (0: this one) of the kind every watch of evmbpf's
+ * is: user mode only, type HW_BREAKPOINT_*, len bytes at addr; HW_WATCH_SAMPLE: each hit
+ * is a sample (a BPF program attached to the fd runs), else the fd counts hits;
+ * HW_WATCH_INHERIT: threads started later get it too. The fd, or -1 (errno). */
+#define HW_WATCH_SAMPLE 1
+#define HW_WATCH_INHERIT 2
+int hw_watch_open(pid_t tid, uint32_t type, uint64_t addr, uint64_t len, int flags);
 /* The self-test, run once (the first call) and kept. */
 const struct hw_watch *hw_watch_check(void);
 /* 1 when a read/write breakpoint counted every access. */

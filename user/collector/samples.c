@@ -21,8 +21,6 @@
 #include <string.h>
 #include <unistd.h>
 #include <linux/hw_breakpoint.h>
-#include <linux/perf_event.h>
-#include <sys/syscall.h>
 
 #include "hwwatch.h"
 #include "jsonw.h"
@@ -49,18 +47,10 @@ static int watch_thread(struct session *s, pid_t tid, uint64_t addr)
 	struct samples_watch *w = s->samples;
 	if (w->nwatch >= WATCH_MAX)
 		return -1;
-	struct perf_event_attr a;
-	memset(&a, 0, sizeof(a));
-	a.type = PERF_TYPE_BREAKPOINT;
-	a.size = sizeof(a);
-	a.bp_type = HW_BREAKPOINT_RW; /* x86 has no read-only breakpoints: fetches are reads */
-	a.bp_addr = addr;
-	a.bp_len = HW_BREAKPOINT_LEN_1;
-	a.sample_period = 1;
-	a.exclude_kernel = 1;
-	a.exclude_hv = 1;
-	a.inherit = 1; /* threads this one starts later are watched too */
-	int fd = (int)syscall(SYS_perf_event_open, &a, tid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	/* x86 has no read-only breakpoints: fetches are reads; threads this one starts later
+	 * are watched too */
+	int fd = hw_watch_open(tid, HW_BREAKPOINT_RW, addr, HW_BREAKPOINT_LEN_1,
+			       HW_WATCH_SAMPLE | HW_WATCH_INHERIT);
 	if (fd < 0)
 		return -1;
 	struct bpf_link *l = bpf_program__attach_perf_event(s->skel->progs.samples_watch, fd);

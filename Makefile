@@ -45,17 +45,20 @@ SKELS     := $(patsubst bpf/%.bpf.c,$(BUILD)/%.skel.h,$(BPF_SRCS))
 # only, so the readers cannot come to depend on the collector (or the other way).
 COMMON_SRCS    := $(wildcard user/common/*.c)
 READER_SRCS    := $(wildcard user/readers/*.c)
-COLLECTOR_SRCS := $(wildcard user/collector/*.c)
+COLLECTOR_SRCS := $(wildcard user/collector/*.c user/collector/*/*.c)
+# the collector's folders, one concern each (docs/design.md, "The map"): its parts see
+# each other's headers by name
+COLLECTOR_INCS := -Iuser/collector $(patsubst %/,-I%,$(sort $(dir $(wildcard user/collector/*/*.c))))
 USER_SRCS := user/main.c $(COMMON_SRCS) $(READER_SRCS) $(COLLECTOR_SRCS)
 USER_OBJS := $(patsubst user/%.c,$(BUILD)/user/%.o,$(USER_SRCS))
 DEPFILES  := $(USER_OBJS:.o=.d) $(BPF_OBJS:.o=.d)
 
 $(BUILD)/user/common/%.o:    INCS := -Iuser/common
 $(BUILD)/user/readers/%.o:   INCS := -Iuser/common -Iuser/readers
-$(BUILD)/user/collector/%.o: INCS := -Iuser/common -Iuser/collector
-$(BUILD)/user/main.o:        INCS := -Iuser/common -Iuser/collector -Iuser/readers
+$(BUILD)/user/collector/%.o: INCS := -Iuser/common $(COLLECTOR_INCS)
+$(BUILD)/user/main.o:        INCS := -Iuser/common $(COLLECTOR_INCS) -Iuser/readers
 # the agent's dtype codes and its kernels' float rule (agent/stats_kernels.h)
-$(BUILD)/user/collector/cupti_stats.o: INCS := -Iuser/common -Iuser/collector -Iagent
+$(BUILD)/user/collector/gpu/cupti_stats.o: INCS := -Iuser/common $(COLLECTOR_INCS) -Iagent
 
 .DELETE_ON_ERROR:
 .SECONDARY: $(BPF_OBJS)
@@ -149,7 +152,7 @@ AIDS_OBJS := $(patsubst tests/aids/%.c,$(BUILD)/tests/aids/%.o,$(AIDS_SRCS))
 AIDS      := $(BUILD)/evmbpf-test-aids
 .PHONY: test-aids
 test-aids: $(AIDS)
-$(AIDS_OBJS): INCS := -Iuser/common -Iuser/collector -Iagent
+$(AIDS_OBJS): INCS := -Iuser/common $(COLLECTOR_INCS) -Iagent
 # the kernels' host build (agent/stats_kernels.h), without FMA contraction as the PTX
 $(BUILD)/tests/aids/cupti_stats.o: CFLAGS += -ffp-contract=off
 $(AIDS_OBJS): $(SKELS)

@@ -29,8 +29,16 @@ SEARCH = {
 }
 
 
+COLLECTOR_DIRS = sorted({os.path.dirname(p) for p in
+                         glob.glob(os.path.join(ROOT, "user/collector/*/*.c"))})
+COLLECTOR_DIRS = ["user/collector"] + [os.path.relpath(d, ROOT) for d in COLLECTOR_DIRS]
+SEARCH["user/collector"] = COLLECTOR_DIRS + ["user/common", "include", BUILD]
+SEARCH["user"] = ["user", "user/common"] + COLLECTOR_DIRS + ["user/readers", "include", BUILD]
+
+
 def search_path(src):
-    return SEARCH[os.path.dirname(src)]
+    folder = os.path.dirname(src)
+    return SEARCH["user/collector" if folder.startswith("user/collector") else folder]
 
 
 def includes(path, dirs):
@@ -61,7 +69,7 @@ def closure(src):
 
 def main():
     os.chdir(ROOT)
-    user_srcs = sorted(glob.glob("user/*.c") + glob.glob("user/*/*.c"))
+    user_srcs = sorted(glob.glob("user/*.c") + glob.glob("user/*/*.c") + glob.glob("user/*/*/*.c"))
     bpf_srcs = sorted(glob.glob("bpf/*.bpf.c"))
     objs = {s: f"{BUILD}/user/{s[len('user/'):-2]}.o" for s in user_srcs}
     # the collector and main.c also depend on every skeleton (tracer.h includes them)

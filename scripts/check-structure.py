@@ -151,6 +151,10 @@ def main():
                 cands = [os.path.join(d, inc) for d in SEARCH if os.path.join(d, inc) in texts]
                 cands += [c for c in by_name.get(os.path.basename(inc), [])
                           if os.path.dirname(c) == here]
+                # the collector's folders see each other's headers (the Makefile's -I)
+                if here.startswith("user/collector") or here in ("user", "tests/aids"):
+                    cands += [c for c in by_name.get(os.path.basename(inc), [])
+                              if c.startswith("user/collector/")]
                 if not cands:
                     continue  # generated (skeletons, vmlinux.h) or a system header
                 target = cands[0]

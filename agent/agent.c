@@ -34,6 +34,7 @@
 #include <cupti.h>
 
 #include "agent.h"
+#include "agent_numeric.h"
 #include "cupti_layout.h"
 #include "cupti_ring.h"
 

@@ -1,23 +1,10 @@
-/* The agent's parts (agent/agent.c: CUPTI and the ring; agent/numeric.c: the numeric
- * service of --numeric with --cupti). */
+/* The CUPTI agent (agent/agent.c): CUPTI and the ring. What it offers is its entry point
+ * alone, called by the CUDA driver; the numeric service it starts is agent/agent_numeric.h. */
 #ifndef EVMBPF_AGENT_H
 #define EVMBPF_AGENT_H
 
-#include <stdint.h>
-
-#include <cupti.h>
-
-#include "cupti_ring.h"
-
-/* Start the service thread when the collector asked for it (the request area's
- * `enabled`). */
-void agent_numeric_start(struct cupti_ring *r);
-/* At the job's exit: results in flight for a little while, then no more driver calls. */
-void agent_numeric_stop(void);
-/* A launch or copy API entered on thread tid: the stream its tensors are ordered on. */
-void agent_numeric_api(uint32_t tid, CUpti_CallbackDomain domain, CUpti_CallbackId id,
-		       const CUpti_CallbackData *cb);
-/* 1 for the service thread (its launches are the agent's own). */
-int agent_numeric_is_service(uint32_t tid);
+/* The driver's entry, at the target's first cuInit (CUDA_INJECTION64_PATH): 1 always, the
+ * job runs on whether the agent could start or not. */
+int InitializeInjection(void);
 
 #endif

@@ -35,9 +35,9 @@
 
 #include <cupti.h>
 
+#include "agent_numeric.h"
 #include "cupti_ring.h"
 #include "stats_kernels.h"
-#include "agent.h"
 
 /* the PTX of stats_kernels.c (Makefile: EVM_PTX_FILE), NUL-terminated */
 __asm__(".section .rodata\n"

@@ -133,14 +133,215 @@ static int parse_floor(const char *arg, struct tracer_opts *opts)
 	return -1;
 }
 
+/* The subcommands, each with its own options: 0 with *rc set when argv names one. */
+static int run_subcommand(int argc, char **argv, int *rc)
+{
+	if (argc < 2)
+		return -1;
+	if (is_reader(argv[1]))
+		*rc = readers_main(argc - 1, argv + 1);
+	else if (!strcmp(argv[1], "dump"))
+		*rc = dump_main(argc - 1, argv + 1);
+	else if (!strcmp(argv[1], "doctor"))
+		*rc = doctor_main(argc - 1, argv + 1);
+	else
+		return -1;
+	return 0;
+}
+
+/* --pid PID[,PID...], repeatable: into opts->pids (room for 256) */
+static int parse_pids(char *arg, struct tracer_opts *opts)
+{
+	long v;
+	for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ",")) {
+		if (parse_long(tok, "--pid", 1, INT_MAX, &v))
+			return -1;
+		if (opts->npids == 256) {
+			warnx_("at most 256 --pid");
+			return -1;
+		}
+		opts->pids[opts->npids++] = (pid_t)v;
+	}
+	if (!opts->npids && parse_long(arg, "--pid", 1, INT_MAX, &v))
+		return -1;
+	opts->pid = opts->pids[0];
+	return 0;
+}
+
+/* --modules REGEX: compiled once here, so that a bad pattern is said before tracing */
+static int parse_modules(const char *arg, struct tracer_opts *opts)
+{
+	char why[512];
+	struct pyre *re = *arg ? pyre_compile(arg, why, sizeof(why)) : NULL;
+	if (!re) {
+		if (*arg)
+			warnx_("--modules %s", why);
+		else
+			warnx_("--modules needs a pattern (leave it out to trace every module)");
+		return -1;
+	}
+	pyre_free(re);
+	opts->trace.modules = arg;
+	return 0;
+}
+
+/* --phase NAME=[MODULE:]QUALNAME, repeatable */
+static int parse_phase(const char *arg, struct tracer_opts *opts)
+{
+	static struct phase_rule rules[32];
+	if (opts->trace.nrules == 32) {
+		warnx_("at most 32 --phase rules");
+		return -1;
+	}
+	if (phase_rule_parse(arg, &rules[opts->trace.nrules])) {
+		warnx_("--phase wants NAME=[MODULE:]QUALNAME, e.g. "
+		       "model_forward='lm_eval.models.huggingface:HFLM._model_call', not '%s'",
+		       arg);
+		return -1;
+	}
+	opts->trace.rules = rules;
+	opts->trace.nrules++;
+	return 0;
+}
+
+/* --ringbuf-mb N */
+static int parse_ringbuf(const char *arg, struct tracer_opts *opts)
+{
+	long v;
+	if (parse_long(arg, "--ringbuf-mb", 1, 1024, &v))
+		return -1;
+	if (v & (v - 1)) {
+		warnx_("--ringbuf-mb must be a power of two");
+		return -1;
+	}
+	opts->ringbuf_mb = v;
+	return 0;
+}
+
+/* what getopt_long could not take: one line, what was wrong, and where to look */
+static void say_bad_option(int c, char **argv)
+{
+	if (c == ':')
+		warnx_("%s needs a value (see evmbpf --help)", argv[optind - 1]);
+	else if (!strncmp(argv[optind - 1], "--", 2))
+		warnx_("unknown option, or a value it does not take: '%s' (see evmbpf "
+		       "--help)", argv[optind - 1]);
+	else
+		warnx_("unknown option -%c (see evmbpf --help)", optopt);
+}
+
+/* One option of the tracer's (c as getopt_long gives it): -1 to go on, else the exit
+ * status evmbpf ends with (0 after --version and --help, 2 for a bad option). */
+static int take_option(int c, char **argv, struct tracer_opts *opts)
+{
+	long v;
+	switch (c) {
+	case 'p':
+		return parse_pids(optarg, opts) ? 2 : -1;
+	case 'f':
+		opts->follow = 1;
+		return -1;
+	case 'o':
+		if (!*optarg) {
+			warnx_("--out must name a file");
+			return 2;
+		}
+		opts->out = optarg;
+		return -1;
+	case 'm':
+		return parse_modules(optarg, opts) ? 2 : -1;
+	case 't':
+		if (parse_long(optarg, "--tail", 1, 100000000, &v))
+			return 2;
+		opts->trace.tail = v;
+		return -1;
+	case 'F':
+		opts->force = 1;
+		return -1;
+	case 'P':
+		return parse_phase(optarg, opts) ? 2 : -1;
+	case 'R':
+		return parse_ringbuf(optarg, opts) ? 2 : -1;
+	case 'S':
+		opts->stats = optarg;
+		return -1;
+	case 'B':
+		return parse_floor(optarg, opts) ? 2 : -1;
+	case 'q':
+		opts->quiet = 1;
+		return -1;
+	case 'X':
+		opts->trace.stop_on_nonfinite = 1;
+		opts->trace.numeric = 1; /* it implies --numeric */
+		return -1;
+	case 'N':
+		opts->trace.numeric = 1;
+		return -1;
+	case 'C':
+		opts->cupti = 1;
+		return -1;
+	case 'v':
+		verbose++;
+		return -1;
+	case 'V':
+		printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
+		       libbpf_major_version(), libbpf_minor_version());
+		return 0;
+	case 'h':
+		fputs(usage, stdout);
+		return 0;
+	default:
+		say_bad_option(c, argv);
+		return 2;
+	}
+}
+
+/* The options taken together: 0 when they make a session, -1 (said) when not. */
+static int check_options(const struct tracer_opts *opts)
+{
+	if (!opts->out && !opts->probe_floor) {
+		warnx_("--out FILE is required (see evmbpf --help)");
+		return -1;
+	}
+	if (!opts->pid == !opts->command) {
+		warnx_(opts->pid ? "give either --pid or a command after --, not both"
+				 : "give --pid PID, or a command after -- (see evmbpf --help)");
+		return -1;
+	}
+	if (opts->out) {
+		const char *problem = out_pattern_problem(opts->out,
+							  opts->follow || opts->npids > 1);
+		if (problem) {
+			warnx_("%s", problem);
+			return -1;
+		}
+	}
+	if (opts->trace.numeric && opts->follow) {
+		warnx_("--numeric and --stop-on-nonfinite take several --pid, not --follow (a "
+		       "followed process is held at its exec, where its threads cannot be seized)");
+		return -1;
+	}
+	if (opts->cupti && opts->pid) {
+		warnx_("--cupti works in launch mode only (the CUPTI agent is loaded by CUDA at the "
+		       "command's start): give a command after --; --pid still gives each call's mem");
+		return -1;
+	}
+	if (opts->cupti && opts->follow) {
+		warnx_("--cupti traces one launched command: leave out --follow");
+		return -1;
+	}
+	if (opts->probe_floor && (opts->follow || opts->npids > 1)) {
+		warnx_("--probe-floor takes one --pid, without --follow");
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	if (argc > 1 && is_reader(argv[1]))
-		return readers_main(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "dump"))
-		return dump_main(argc - 1, argv + 1);
-	if (argc > 1 && !strcmp(argv[1], "doctor"))
-		return doctor_main(argc - 1, argv + 1);
+	int rc;
+	if (!run_subcommand(argc, argv, &rc))
+		return rc;
 
 	static const struct option longopts[] = {
 		{ "pid", required_argument, NULL, 'p' },
@@ -163,162 +364,17 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	struct tracer_opts opts = { .ringbuf_mb = 16 };
-	long v;
 	int c;
 	opterr = 0;
 	static pid_t pids[256];
 	opts.pids = pids;
-	while ((c = getopt_long(argc, argv, "+:p:o:m:t:fqvVh", longopts, NULL)) != -1) {
-		switch (c) {
-		case 'p':
-			for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
-				if (parse_long(tok, "--pid", 1, INT_MAX, &v))
-					return 2;
-				if (opts.npids == 256) {
-					warnx_("at most 256 --pid");
-					return 2;
-				}
-				pids[opts.npids++] = (pid_t)v;
-			}
-			if (!opts.npids && parse_long(optarg, "--pid", 1, INT_MAX, &v))
-				return 2;
-			opts.pid = pids[0];
-			break;
-		case 'f':
-			opts.follow = 1;
-			break;
-		case 'o':
-			if (!*optarg) {
-				warnx_("--out must name a file");
-				return 2;
-			}
-			opts.out = optarg;
-			break;
-		case 'm': {
-			char why[512];
-			struct pyre *re = *optarg ? pyre_compile(optarg, why, sizeof(why)) : NULL;
-			if (!re) {
-				if (*optarg)
-					warnx_("--modules %s", why);
-				else
-					warnx_("--modules needs a pattern (leave it out to trace every module)");
-				return 2;
-			}
-			pyre_free(re);
-			opts.trace.modules = optarg;
-			break;
-		}
-		case 't':
-			if (parse_long(optarg, "--tail", 1, 100000000, &v))
-				return 2;
-			opts.trace.tail = v;
-			break;
-		case 'F':
-			opts.force = 1;
-			break;
-		case 'P': {
-			static struct phase_rule rules[32];
-			if (opts.trace.nrules == 32) {
-				warnx_("at most 32 --phase rules");
-				return 2;
-			}
-			if (phase_rule_parse(optarg, &rules[opts.trace.nrules])) {
-				warnx_("--phase wants NAME=[MODULE:]QUALNAME, e.g. "
-				       "model_forward='lm_eval.models.huggingface:HFLM._model_call', not '%s'",
-				       optarg);
-				return 2;
-			}
-			opts.trace.rules = rules;
-			opts.trace.nrules++;
-			break;
-		}
-		case 'R':
-			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
-				return 2;
-			if (v & (v - 1)) {
-				warnx_("--ringbuf-mb must be a power of two");
-				return 2;
-			}
-			opts.ringbuf_mb = v;
-			break;
-		case 'S':
-			opts.stats = optarg;
-			break;
-		case 'B':
-			if (parse_floor(optarg, &opts))
-				return 2;
-			break;
-		case 'q':
-			opts.quiet = 1;
-			break;
-		case 'X':
-			opts.trace.stop_on_nonfinite = 1;
-			opts.trace.numeric = 1; /* it implies --numeric */
-			break;
-		case 'N':
-			opts.trace.numeric = 1;
-			break;
-		case 'C':
-			opts.cupti = 1;
-			break;
-		case 'v':
-			verbose++;
-			break;
-		case 'V':
-			printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
-			       libbpf_major_version(), libbpf_minor_version());
-			return 0;
-		case 'h':
-			fputs(usage, stdout);
-			return 0;
-		default:
-			/* one line: what was wrong, and where to look */
-			if (c == ':')
-				warnx_("%s needs a value (see evmbpf --help)", argv[optind - 1]);
-			else if (!strncmp(argv[optind - 1], "--", 2))
-				warnx_("unknown option, or a value it does not take: '%s' (see evmbpf "
-				       "--help)", argv[optind - 1]);
-			else
-				warnx_("unknown option -%c (see evmbpf --help)", optopt);
-			return 2;
-		}
-	}
+	while ((c = getopt_long(argc, argv, "+:p:o:m:t:fqvVh", longopts, NULL)) != -1)
+		if ((rc = take_option(c, argv, &opts)) >= 0)
+			return rc;
 	if (optind < argc)
 		opts.command = argv + optind;
-	if (!opts.out && !opts.probe_floor) {
-		warnx_("--out FILE is required (see evmbpf --help)");
+	if (check_options(&opts))
 		return 2;
-	}
-	if (!opts.pid == !opts.command) {
-		warnx_(opts.pid ? "give either --pid or a command after --, not both"
-				: "give --pid PID, or a command after -- (see evmbpf --help)");
-		return 2;
-	}
-	if (opts.out) {
-		const char *problem = out_pattern_problem(opts.out, opts.follow || opts.npids > 1);
-		if (problem) {
-			warnx_("%s", problem);
-			return 2;
-		}
-	}
-	if (opts.trace.numeric && opts.follow) {
-		warnx_("--numeric and --stop-on-nonfinite take several --pid, not --follow (a "
-		       "followed process is held at its exec, where its threads cannot be seized)");
-		return 2;
-	}
-	if (opts.cupti && opts.pid) {
-		warnx_("--cupti works in launch mode only (the CUPTI agent is loaded by CUDA at the "
-		       "command's start): give a command after --; --pid still gives each call's mem");
-		return 2;
-	}
-	if (opts.cupti && opts.follow) {
-		warnx_("--cupti traces one launched command: leave out --follow");
-		return 2;
-	}
-	if (opts.probe_floor && (opts.follow || opts.npids > 1)) {
-		warnx_("--probe-floor takes one --pid, without --follow");
-		return 2;
-	}
 	/* the mode, once: the drivers and what they run take it from here */
 	opts.mode = opts.follow || opts.npids > 1 ? TRACE_JOB : opts.command ? TRACE_COMMAND
 									 : TRACE_PID;

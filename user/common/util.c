@@ -5,16 +5,22 @@
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pyfmt.h"
+
 int verbose;
+int warn_silent;
 void (*diagnostic_hook)(void);
 
 void warnx_(const char *fmt, ...)
 {
 	va_list ap;
+	if (warn_silent)
+		return;
 	if (diagnostic_hook)
 		diagnostic_hook();
 	va_start(ap, fmt);
@@ -26,7 +32,7 @@ void warnx_(const char *fmt, ...)
 
 void debugx(const char *fmt, ...)
 {
-	if (!verbose)
+	if (!verbose || warn_silent)
 		return;
 	va_list ap;
 	if (diagnostic_hook)
@@ -38,9 +44,11 @@ void debugx(const char *fmt, ...)
 	va_end(ap);
 }
 
-static void oom(void)
+/* The size asked for is said: where a reader runs out, the trace holds something far
+ * larger than it expects. */
+static void oom(size_t n)
 {
-	fputs("evmbpf: out of memory\n", stderr);
+	fprintf(stderr, "evmbpf: out of memory (asking for %zu bytes)\n", n);
 	abort();
 }
 
@@ -48,7 +56,7 @@ void *xmalloc(size_t n)
 {
 	void *p = malloc(n ? n : 1);
 	if (!p)
-		oom();
+		oom(n);
 	return p;
 }
 
@@ -56,7 +64,7 @@ void *xcalloc(size_t n, size_t size)
 {
 	void *p = calloc(n ? n : 1, size ? size : 1);
 	if (!p)
-		oom();
+		oom(n * size);
 	return p;
 }
 
@@ -64,7 +72,7 @@ void *xrealloc(void *p, size_t n)
 {
 	p = realloc(p, n ? n : 1);
 	if (!p)
-		oom();
+		oom(n);
 	return p;
 }
 
@@ -72,7 +80,15 @@ char *xstrdup(const char *s)
 {
 	char *p = strdup(s);
 	if (!p)
-		oom();
+		oom(strlen(s) + 1);
+	return p;
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+	char *p = xmalloc(n + 1);
+	memcpy(p, s, n);
+	p[n] = 0;
 	return p;
 }
 
@@ -80,6 +96,8 @@ static void buf_grow(struct buf *b, size_t extra)
 {
 	if (b->len + extra + 1 <= b->cap)
 		return;
+	if (b->len + extra + 1 < b->len) /* past SIZE_MAX */
+		oom(SIZE_MAX);
 	size_t cap = b->cap ? b->cap : 256;
 	while (cap < b->len + extra + 1)
 		cap *= 2;
@@ -129,11 +147,58 @@ void buf_printf(struct buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+void buf_repeat(struct buf *b, const char *s, size_t count)
+{
+	size_t n = strlen(s);
+	buf_grow(b, n * count);
+	for (size_t i = 0; i < count; i++)
+		buf_put(b, s, n);
+}
+
+void buf_align(struct buf *b, size_t start, char align, size_t width)
+{
+	size_t have = pyfmt_utf8_len(b->data + start, b->len - start);
+	if (have >= width)
+		return;
+	size_t pad = width - have;
+	buf_grow(b, pad);
+	if (align == '>') {
+		memmove(b->data + start + pad, b->data + start, b->len - start);
+		memset(b->data + start, ' ', pad);
+	} else {
+		memset(b->data + b->len, ' ', pad);
+	}
+	b->len += pad;
+	b->data[b->len] = 0;
+}
+
+void buf_line(struct buf *b, FILE *out)
+{
+	if (b->len)
+		fwrite(b->data, 1, b->len, out);
+	fputc('\n', out);
+	buf_clear(b);
+}
+
+void buf_clear(struct buf *b)
+{
+	b->len = 0;
+	if (b->data)
+		b->data[0] = 0;
+}
+
 void buf_free(struct buf *b)
 {
 	free(b->data);
 	b->data = NULL;
 	b->len = b->cap = 0;
+}
+
+const char *buf_str(struct buf *b)
+{
+	buf_grow(b, 0);
+	b->data[b->len] = 0;
+	return b->data;
 }
 
 int parse_pid(const char *text, pid_t *out)

@@ -1,12 +1,16 @@
-/* Diagnostics and small helpers shared by the collector and the readers. */
+/* Diagnostics, allocation that fails loudly, and a growable text buffer: shared by the
+ * collector and the readers. */
 #ifndef EVMBPF_UTIL_H
 #define EVMBPF_UTIL_H
 
 #include <sys/types.h>
 #include <stddef.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 extern int verbose;
+/* Set, diagnostics are not written: the fuzzers set it, whose inputs are mostly damaged. */
+extern int warn_silent;
 
 /* "evmbpf: ..." on stderr. */
 void warnx_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -18,8 +22,10 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
+/* The first n bytes of s, NUL-terminated. */
+char *xstrndup(const char *s, size_t n);
 
-/* Growable byte buffer. */
+/* Growable byte buffer; its data is NUL-terminated once anything was appended. */
 struct buf {
 	char *data;
 	size_t len, cap;
@@ -28,7 +34,18 @@ void buf_putc(struct buf *b, char c);
 void buf_put(struct buf *b, const char *s, size_t n);
 void buf_puts(struct buf *b, const char *s);
 void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Append `count` copies of s. */
+void buf_repeat(struct buf *b, const char *s, size_t count);
+/* Pad with spaces what was appended since `start` to `width` code points, on the
+ * right (align '<') or on the left (align '>'), as Python's format spec does. */
+void buf_align(struct buf *b, size_t start, char align, size_t width);
+/* Write b to out followed by a newline, then empty it. */
+void buf_line(struct buf *b, FILE *out);
+/* Empty b, keeping its memory. */
+void buf_clear(struct buf *b);
 void buf_free(struct buf *b);
+/* NUL-terminated view of the contents, "" when empty (valid until the next append). */
+const char *buf_str(struct buf *b);
 
 /* --pid's value: a whole number from 1 to INT_MAX; -1 (said on stderr) otherwise. */
 int parse_pid(const char *text, pid_t *out);

@@ -12,7 +12,7 @@
 #include "reader_format.h"
 #include "reader_json.h"
 #include "reader_trace.h"
-#include "reader_util.h"
+#include "util.h"
 
 /* The forward and phase tracks of thread T are threads T + these in the output: real
  * tids stay below 2^22 (PID_MAX_LIMIT). */
@@ -67,11 +67,11 @@ struct exporter {
 	struct rd_keymap by_tid;
 	long long nout;
 	cJSON *header;
-	struct rd_buf line;
+	struct buf line;
 	/* speedscope */
 	int begun;
 	struct rd_keymap frames;
-	struct rd_buf frames_json;
+	struct buf frames_json;
 	size_t nframes;
 	size_t nspills;
 	struct thread *direct;
@@ -94,88 +94,88 @@ int rd_export_format_of(const char *name, enum rd_export_format *fmt)
 
 /* ---- JSON text ---- */
 
-static void jstr(struct rd_buf *b, const char *s, size_t n)
+static void jstr(struct buf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 
-	rd_buf_putc(b, '"');
+	buf_putc(b, '"');
 	for (size_t k = 0; k < n; k++) {
 		unsigned char c = (unsigned char)s[k];
 
 		if (c == '"' || c == '\\') {
-			rd_buf_putc(b, '\\');
-			rd_buf_putc(b, (char)c);
+			buf_putc(b, '\\');
+			buf_putc(b, (char)c);
 		} else if (c == '\n') {
-			rd_buf_puts(b, "\\n");
+			buf_puts(b, "\\n");
 		} else if (c == '\t') {
-			rd_buf_puts(b, "\\t");
+			buf_puts(b, "\\t");
 		} else if (c < 0x20 || c == 0x7f) {
 			char u[7] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0 };
 
-			rd_buf_puts(b, u);
+			buf_puts(b, u);
 		} else {
-			rd_buf_putc(b, (char)c);
+			buf_putc(b, (char)c);
 		}
 	}
-	rd_buf_putc(b, '"');
+	buf_putc(b, '"');
 }
 
-static void jcstr(struct rd_buf *b, const char *s)
+static void jcstr(struct buf *b, const char *s)
 {
 	jstr(b, s, strlen(s));
 }
 
 /* str(v) as a JSON string: a module or class that is not a string still gets a name. */
-static void jpystr(struct rd_buf *b, const cJSON *v)
+static void jpystr(struct buf *b, const cJSON *v)
 {
-	struct rd_buf s = { 0 };
+	struct buf s = { 0 };
 
 	if (pyv_kind(v) == PYV_STR) {
 		jcstr(b, v->valuestring);
 		return;
 	}
 	pyv_str(&s, v);
-	jstr(b, s.p ? s.p : "", s.len);
-	rd_buf_free(&s);
+	jstr(b, s.data ? s.data : "", s.len);
+	buf_free(&s);
 }
 
 /* prefix + str(v), as one JSON string. */
-static void jprefixed(struct rd_buf *b, const char *prefix, const cJSON *v)
+static void jprefixed(struct buf *b, const char *prefix, const cJSON *v)
 {
-	struct rd_buf s = { 0 };
+	struct buf s = { 0 };
 
-	rd_buf_puts(&s, prefix);
+	buf_puts(&s, prefix);
 	pyv_str(&s, v);
-	jstr(b, s.p, s.len);
-	rd_buf_free(&s);
+	jstr(b, s.data, s.len);
+	buf_free(&s);
 }
 
 /* A member copied as it is (null when missing). */
-static void jval(struct rd_buf *b, const cJSON *v)
+static void jval(struct buf *b, const cJSON *v)
 {
 	if (!v)
-		rd_buf_puts(b, "null");
+		buf_puts(b, "null");
 	else
 		pyv_json(b, v);
 }
 
-static void key(struct rd_buf *b, const char *k)
+static void key(struct buf *b, const char *k)
 {
-	rd_buf_putc(b, ',');
+	buf_putc(b, ',');
 	jcstr(b, k);
-	rd_buf_putc(b, ':');
+	buf_putc(b, ':');
 }
 
-static void ts_us(struct rd_buf *b, int64_t ns)
+static void ts_us(struct buf *b, int64_t ns)
 {
-	rd_buf_printf(b, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+	buf_printf(b, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
 }
 
 /* ---- what went in and out, short: "8x5x16 float32 cpu", "tuple[2](...)" ---- */
 
-static void desc_text(struct rd_buf *b, const cJSON *d, int depth);
+static void desc_text(struct buf *b, const cJSON *d, int depth);
 
-static void items_text(struct rd_buf *b, const cJSON *d, int depth)
+static void items_text(struct buf *b, const cJSON *d, int depth)
 {
 	const cJSON *items = pyv_get(d, "items"), *it;
 	long long len;
@@ -183,55 +183,55 @@ static void items_text(struct rd_buf *b, const cJSON *d, int depth)
 
 	pyv_str(b, pyv_get(d, "type"));
 	if (pyv_int(pyv_get(d, "len"), &len))
-		rd_buf_printf(b, "[%lld]", len);
+		buf_printf(b, "[%lld]", len);
 	if (depth >= 3 || (pyv_kind(items) != PYV_LIST && pyv_kind(items) != PYV_DICT))
 		return;
-	rd_buf_putc(b, '(');
+	buf_putc(b, '(');
 	cJSON_ArrayForEach(it, items) {
 		if (n++)
-			rd_buf_puts(b, ", ");
+			buf_puts(b, ", ");
 		if (pyv_kind(items) == PYV_DICT) {
-			rd_buf_puts(b, it->string ? it->string : "");
-			rd_buf_putc(b, '=');
+			buf_puts(b, it->string ? it->string : "");
+			buf_putc(b, '=');
 		}
 		desc_text(b, it, depth + 1);
 	}
-	rd_buf_putc(b, ')');
+	buf_putc(b, ')');
 }
 
-static void desc_text(struct rd_buf *b, const cJSON *d, int depth)
+static void desc_text(struct buf *b, const cJSON *d, int depth)
 {
 	const cJSON *shape = pyv_get(d, "shape"), *n;
 	int k = 0;
 
 	if (pyv_kind(d) != PYV_DICT) {
-		rd_buf_puts(b, "?");
+		buf_puts(b, "?");
 		return;
 	}
 	if (shape) {
 		if (pyv_has(d, "layers")) {               /* a KV cache */
 			pyv_str(b, pyv_get(d, "type"));
-			rd_buf_putc(b, '[');
+			buf_putc(b, '[');
 			pyv_str(b, pyv_get(d, "layers"));
-			rd_buf_puts(b, "] ");
+			buf_puts(b, "] ");
 		}
 		if (pyv_kind(shape) == PYV_LIST) {
 			cJSON_ArrayForEach(n, shape) {
 				if (k++)
-					rd_buf_putc(b, 'x');
+					buf_putc(b, 'x');
 				pyv_str(b, n);
 			}
 			if (!k)
-				rd_buf_puts(b, "scalar");
+				buf_puts(b, "scalar");
 		} else {
 			pyv_str(b, shape);
 		}
-		rd_buf_putc(b, ' ');
+		buf_putc(b, ' ');
 		pyv_str(b, pyv_get(d, "dtype"));
-		rd_buf_putc(b, ' ');
+		buf_putc(b, ' ');
 		pyv_str(b, pyv_get(d, "device"));
 		if (pyv_truthy(pyv_get(d, "unreadable")))
-			rd_buf_puts(b, " (unreadable)");
+			buf_puts(b, " (unreadable)");
 		return;
 	}
 	if (pyv_has(d, "items") || pyv_has(d, "len")) {
@@ -244,11 +244,11 @@ static void desc_text(struct rd_buf *b, const cJSON *d, int depth)
 	}
 	pyv_str(b, pyv_get(d, "type"));
 	if (pyv_truthy(pyv_get(d, "unreadable")))
-		rd_buf_puts(b, " (unreadable)");
+		buf_puts(b, " (unreadable)");
 }
 
 /* The inputs of an enter (or unwound) event: positional, then name=value. */
-static void inputs_text(struct rd_buf *b, struct rd_event *e)
+static void inputs_text(struct buf *b, struct rd_event *e)
 {
 	const cJSON *args = rd_ev_get(e, "args"), *kwargs = rd_ev_get(e, "kwargs"), *it;
 	int n = 0;
@@ -256,22 +256,22 @@ static void inputs_text(struct rd_buf *b, struct rd_event *e)
 	if (pyv_kind(args) == PYV_LIST)
 		cJSON_ArrayForEach(it, args) {
 			if (n++)
-				rd_buf_puts(b, ", ");
+				buf_puts(b, ", ");
 			desc_text(b, it, 0);
 		}
 	if (pyv_kind(kwargs) == PYV_DICT)
 		cJSON_ArrayForEach(it, kwargs) {
 			if (n++)
-				rd_buf_puts(b, ", ");
-			rd_buf_puts(b, it->string ? it->string : "");
-			rd_buf_putc(b, '=');
+				buf_puts(b, ", ");
+			buf_puts(b, it->string ? it->string : "");
+			buf_putc(b, '=');
 			desc_text(b, it, 0);
 		}
 }
 
-static void jdesc(struct rd_buf *b, const char *k, struct rd_event *e, int inputs)
+static void jdesc(struct buf *b, const char *k, struct rd_event *e, int inputs)
 {
-	struct rd_buf s = { 0 };
+	struct buf s = { 0 };
 
 	if (inputs) {
 		inputs_text(&s, e);
@@ -279,59 +279,59 @@ static void jdesc(struct rd_buf *b, const char *k, struct rd_event *e, int input
 		const cJSON *out = rd_ev_get(e, "output");
 
 		if (pyv_kind(out) == PYV_NONE || !out)
-			rd_buf_puts(&s, "-");
+			buf_puts(&s, "-");
 		else
 			desc_text(&s, out, 0);
 	}
 	key(b, k);
-	jstr(b, s.p ? s.p : "", s.len);
-	rd_buf_free(&s);
+	jstr(b, s.data ? s.data : "", s.len);
+	buf_free(&s);
 }
 
 /* ---- output ---- */
 
-static void emit(struct exporter *x, FILE *to, long long *count, struct rd_buf *b)
+static void emit(struct exporter *x, FILE *to, long long *count, struct buf *b)
 {
 	if ((*count)++)
 		fputs(",\n", to);
-	fwrite(b->p, 1, b->len, to);
-	rd_buf_clear(b);
+	fwrite(b->data, 1, b->len, to);
+	buf_clear(b);
 }
 
 /* A Chrome trace event: its common part, up to and with "tid", into x->line. */
-static struct rd_buf *chrome(struct exporter *x, const char *ph, int64_t ns, long long tid)
+static struct buf *chrome(struct exporter *x, const char *ph, int64_t ns, long long tid)
 {
-	struct rd_buf *b = &x->line;
+	struct buf *b = &x->line;
 
-	rd_buf_clear(b);
-	rd_buf_printf(b, "{\"ph\":\"%s\"", ph);
+	buf_clear(b);
+	buf_printf(b, "{\"ph\":\"%s\"", ph);
 	if (ns >= 0) {
-		rd_buf_puts(b, ",\"ts\":");
+		buf_puts(b, ",\"ts\":");
 		ts_us(b, ns);
 	}
-	rd_buf_printf(b, ",\"pid\":%lld,\"tid\":%lld", x->pid, tid);
+	buf_printf(b, ",\"pid\":%lld,\"tid\":%lld", x->pid, tid);
 	return b;
 }
 
 static void chrome_done(struct exporter *x)
 {
-	rd_buf_putc(&x->line, '}');
+	buf_putc(&x->line, '}');
 	emit(x, x->out, &x->nout, &x->line);
 }
 
 static void meta(struct exporter *x, long long tid, const char *what, const char *k,
 		 const char *text, long long number)
 {
-	struct rd_buf *b = chrome(x, "M", -1, tid);
+	struct buf *b = chrome(x, "M", -1, tid);
 
-	rd_buf_puts(b, ",\"name\":");
+	buf_puts(b, ",\"name\":");
 	jcstr(b, what);
-	rd_buf_printf(b, ",\"args\":{\"%s\":", k);
+	buf_printf(b, ",\"args\":{\"%s\":", k);
 	if (text)
 		jcstr(b, text);
 	else
-		rd_buf_printf(b, "%lld", number);
-	rd_buf_putc(b, '}');
+		buf_printf(b, "%lld", number);
+	buf_putc(b, '}');
 	chrome_done(x);
 }
 
@@ -346,11 +346,11 @@ static struct thread *thread_of(struct exporter *x, long long tid)
 
 	if (at != (size_t)-1)
 		return x->threads[at];
-	th = rd_xcalloc(1, sizeof(*th));
+	th = xcalloc(1, sizeof(*th));
 	th->tid = tid;
 	th->index = x->nthreads;
 	th->first = th->last = x->now;
-	x->threads = rd_xrealloc(x->threads, (x->nthreads + 1) * sizeof(*x->threads));
+	x->threads = xrealloc(x->threads, (x->nthreads + 1) * sizeof(*x->threads));
 	x->threads[x->nthreads] = th;
 	rd_keymap_put(&x->by_tid, &k, NULL, x->nthreads++);
 	if (x->fmt == RD_EXPORT_CHROME) {
@@ -396,7 +396,7 @@ static int64_t when(struct exporter *x, struct rd_event *e, struct thread *th)
 		} else {
 			x->seq = 1;
 			x->i0 = pyv_int(rd_ev_get(e, "i"), &i) ? i : x->t.events;
-			rd_warn("%s: no timestamps in this trace (the in-process tracer writes none); "
+			warnx_("%s: no timestamps in this trace (the in-process tracer writes none); "
 				"the timeline has one event a microsecond", x->file);
 		}
 	}
@@ -433,7 +433,7 @@ static void mark_depth(struct thread *th, long long d, int64_t ns)
 	if ((size_t)d >= th->ndepth) {
 		size_t n = (size_t)d + 1;
 
-		th->at_depth = rd_xrealloc(th->at_depth, n * sizeof(*th->at_depth));
+		th->at_depth = xrealloc(th->at_depth, n * sizeof(*th->at_depth));
 		for (size_t k = th->ndepth; k < n; k++)
 			th->at_depth[k] = INT64_MIN;
 		th->ndepth = n;
@@ -445,60 +445,60 @@ static void mark_depth(struct thread *th, long long d, int64_t ns)
 
 static size_t frame_of(struct exporter *x, const cJSON *module, const cJSON *type)
 {
-	struct rd_buf m = { 0 }, c = { 0 };
+	struct buf m = { 0 }, c = { 0 };
 	struct pykey k1, k2;
 	size_t at;
 
 	pyv_str(&m, module);
 	pyv_str(&c, type);
-	k1 = (struct pykey){ .kind = PYKEY_STR, .s = rd_buf_str(&m), .n = m.len };
-	k2 = (struct pykey){ .kind = PYKEY_STR, .s = rd_buf_str(&c), .n = c.len };
+	k1 = (struct pykey){ .kind = PYKEY_STR, .s = buf_str(&m), .n = m.len };
+	k2 = (struct pykey){ .kind = PYKEY_STR, .s = buf_str(&c), .n = c.len };
 	at = rd_keymap_get(&x->frames, &k1, &k2);
 	if (at == (size_t)-1) {
 		at = x->nframes++;
 		rd_keymap_put(&x->frames, &k1, &k2, at);
 		if (at)
-			rd_buf_putc(&x->frames_json, ',');
-		rd_buf_puts(&x->frames_json, "{\"name\":");
-		rd_buf_puts(&m, " (");
-		rd_buf_put(&m, c.p ? c.p : "", c.len);
-		rd_buf_putc(&m, ')');
-		jstr(&x->frames_json, m.p, m.len);
-		rd_buf_putc(&x->frames_json, '}');
+			buf_putc(&x->frames_json, ',');
+		buf_puts(&x->frames_json, "{\"name\":");
+		buf_puts(&m, " (");
+		buf_put(&m, c.data ? c.data : "", c.len);
+		buf_putc(&m, ')');
+		jstr(&x->frames_json, m.data, m.len);
+		buf_putc(&x->frames_json, '}');
 	}
-	rd_buf_free(&m);
-	rd_buf_free(&c);
+	buf_free(&m);
+	buf_free(&c);
 	return at;
 }
 
 static void speedscope_begin(struct exporter *x)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	const char *base = strrchr(x->file, '/');
 
 	if (x->begun)
 		return;
 	x->begun = 1;
-	rd_buf_puts(&b, "{\"$schema\":\"" SPEEDSCOPE_SCHEMA "\",\"exporter\":\"evmbpf export\","
+	buf_puts(&b, "{\"$schema\":\"" SPEEDSCOPE_SCHEMA "\",\"exporter\":\"evmbpf export\","
 		    "\"name\":");
 	jcstr(&b, base ? base + 1 : x->file);
-	rd_buf_puts(&b, ",\"activeProfileIndex\":0,\"profiles\":[");
-	fwrite(b.p, 1, b.len, x->out);
-	rd_buf_free(&b);
+	buf_puts(&b, ",\"activeProfileIndex\":0,\"profiles\":[");
+	fwrite(b.data, 1, b.len, x->out);
+	buf_free(&b);
 }
 
 static void profile_head(struct exporter *x, struct thread *th, FILE *to)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	char name[64];
 
 	snprintf(name, sizeof(name), "thread %lld", th->tid);
-	rd_buf_puts(&b, "{\"type\":\"evented\",\"name\":");
+	buf_puts(&b, "{\"type\":\"evented\",\"name\":");
 	jcstr(&b, name);
-	rd_buf_printf(&b, ",\"unit\":\"%s\",\"startValue\":0,\"events\":[\n",
+	buf_printf(&b, ",\"unit\":\"%s\",\"startValue\":0,\"events\":[\n",
 		      x->seq ? "none" : "nanoseconds");
-	fwrite(b.p, 1, b.len, to);
-	rd_buf_free(&b);
+	fwrite(b.data, 1, b.len, to);
+	buf_free(&b);
 }
 
 /* Where this thread's profile events go, or NULL when it is left out. The first
@@ -529,8 +529,8 @@ static void ss_event(struct exporter *x, struct thread *th, char type, size_t fr
 
 	if (!to)
 		return;
-	rd_buf_clear(&x->line);
-	rd_buf_printf(&x->line, "{\"type\":\"%c\",\"frame\":%zu,\"at\":%lld}", type, frame,
+	buf_clear(&x->line);
+	buf_printf(&x->line, "{\"type\":\"%c\",\"frame\":%zu,\"at\":%lld}", type, frame,
 		      (long long)ns);
 	emit(x, to, &th->nev, &x->line);
 }
@@ -540,16 +540,16 @@ static void ss_event(struct exporter *x, struct thread *th, char type, size_t fr
 static void push(struct exporter *x, struct thread *th, struct rd_event *e, int64_t ns)
 {
 	struct frame *f;
-	struct rd_buf name = { 0 };
+	struct buf name = { 0 };
 	long long call;
 
 	if (th->depth == th->cap) {
 		th->cap = th->cap ? th->cap * 2 : 16;
-		th->stack = rd_xrealloc(th->stack, th->cap * sizeof(*th->stack));
+		th->stack = xrealloc(th->stack, th->cap * sizeof(*th->stack));
 	}
 	f = &th->stack[th->depth++];
 	pyv_str(&name, rd_ev_get(e, "module"));
-	f->name = name.p ? name.p : rd_xstrndup("", 0);
+	f->name = name.data ? name.data : xstrndup("", 0);
 	f->has_call = pyv_int(rd_ev_get(e, "call"), &call);
 	f->call = f->has_call ? call : 0;
 	f->start = ns;
@@ -569,12 +569,12 @@ static void pop(struct exporter *x, struct thread *th, int64_t ns, const char *a
 	if (x->fmt == RD_EXPORT_SPEEDSCOPE) {
 		ss_event(x, th, 'C', f->sframe, ns);
 	} else {
-		struct rd_buf *b = chrome(x, "E", ns, th->tid);
+		struct buf *b = chrome(x, "E", ns, th->tid);
 
-		rd_buf_puts(b, ",\"cat\":\"module\",\"name\":");
+		buf_puts(b, ",\"cat\":\"module\",\"name\":");
 		jcstr(b, f->name);
 		if (args)
-			rd_buf_printf(b, ",\"args\":{%s}", args);
+			buf_printf(b, ",\"args\":{%s}", args);
 		chrome_done(x);
 	}
 	free(f->name);
@@ -597,29 +597,29 @@ static long find_call(struct thread *th, struct rd_event *e)
 
 static void close_forward(struct exporter *x, struct thread *th, int64_t ns, const char *args)
 {
-	struct rd_buf *b;
+	struct buf *b;
 
 	if (!th->fwd_open || x->fmt != RD_EXPORT_CHROME)
 		return;
 	th->fwd_open = 0;
 	b = chrome(x, "E", ns, th->tid + FORWARDS_TID);
-	rd_buf_puts(b, ",\"cat\":\"forward\"");
+	buf_puts(b, ",\"cat\":\"forward\"");
 	if (args)
-		rd_buf_printf(b, ",\"args\":{%s}", args);
+		buf_printf(b, ",\"args\":{%s}", args);
 	chrome_done(x);
 }
 
 static void close_phase(struct exporter *x, struct thread *th, int64_t ns, const char *args)
 {
-	struct rd_buf *b;
+	struct buf *b;
 
 	if (!th->phase)
 		return;
 	b = chrome(x, "E", ns, th->tid + PHASES_TID);
-	rd_buf_puts(b, ",\"cat\":\"phase\",\"name\":");
+	buf_puts(b, ",\"cat\":\"phase\",\"name\":");
 	jcstr(b, th->phase);
 	if (args)
-		rd_buf_printf(b, ",\"args\":{%s}", args);
+		buf_printf(b, ",\"args\":{%s}", args);
 	chrome_done(x);
 	free(th->phase);
 	th->phase = NULL;
@@ -628,19 +628,19 @@ static void close_phase(struct exporter *x, struct thread *th, int64_t ns, const
 static void phase_at(struct exporter *x, struct thread *th, struct rd_event *e, int64_t ns)
 {
 	const cJSON *phase = rd_ev_get(e, "phase");
-	struct rd_buf s = { 0 }, *b;
+	struct buf s = { 0 }, *b;
 
 	if (x->fmt != RD_EXPORT_CHROME || !phase || pyv_kind(phase) == PYV_NONE)
 		return;
 	pyv_str(&s, phase);
-	if (th->phase && strcmp(th->phase, rd_buf_str(&s)) == 0) {
-		rd_buf_free(&s);
+	if (th->phase && strcmp(th->phase, buf_str(&s)) == 0) {
+		buf_free(&s);
 		return;
 	}
 	close_phase(x, th, ns, NULL);
-	th->phase = s.p ? s.p : rd_xstrndup("", 0);
+	th->phase = s.data ? s.data : xstrndup("", 0);
 	b = chrome(x, "B", ns, th->tid + PHASES_TID);
-	rd_buf_puts(b, ",\"cat\":\"phase\",\"name\":");
+	buf_puts(b, ",\"cat\":\"phase\",\"name\":");
 	jcstr(b, th->phase);
 	chrome_done(x);
 }
@@ -650,34 +650,34 @@ static void phase_at(struct exporter *x, struct thread *th, struct rd_event *e, 
 static void mem_counter(struct exporter *x, struct rd_event *e, int64_t ns)
 {
 	const cJSON *mem = rd_ev_get(e, "mem"), *it;
-	struct rd_buf *b;
+	struct buf *b;
 	int n = 0;
 	double v;
 
 	if (x->fmt != RD_EXPORT_CHROME || pyv_kind(mem) != PYV_DICT)
 		return;
 	b = chrome(x, "C", ns, 0);
-	rd_buf_puts(b, ",\"cat\":\"memory\",\"name\":\"cuda memory\",\"args\":{");
+	buf_puts(b, ",\"cat\":\"memory\",\"name\":\"cuda memory\",\"args\":{");
 	cJSON_ArrayForEach(it, mem) {
 		if (!it->string || pyv_kind(it) == PYV_BOOL || !pyv_num(it, &v) || n == 8)
 			continue;
 		if (n++)
-			rd_buf_putc(b, ',');
+			buf_putc(b, ',');
 		jcstr(b, it->string);
-		rd_buf_putc(b, ':');
+		buf_putc(b, ':');
 		pyv_json(b, it);
 	}
-	rd_buf_putc(b, '}');
+	buf_putc(b, '}');
 	if (n)
 		chrome_done(x);
 	else
-		rd_buf_clear(b);
+		buf_clear(b);
 }
 
 /* The args every module slice and instant carries. */
-static void call_args(struct rd_buf *b, struct rd_event *e)
+static void call_args(struct buf *b, struct rd_event *e)
 {
-	rd_buf_puts(b, "\"class\":");
+	buf_puts(b, "\"class\":");
 	jpystr(b, rd_ev_get(e, "type"));
 	key(b, "call");
 	jval(b, rd_ev_get(e, "call"));
@@ -693,7 +693,7 @@ static void on_enter(struct exporter *x, struct rd_event *e)
 {
 	struct thread *th = thread_for(x, e);
 	int64_t ns = when(x, e, th);
-	struct rd_buf *b;
+	struct buf *b;
 
 	mark_depth(th, depth_of(e), ns);
 	phase_at(x, th, e, ns);
@@ -702,12 +702,12 @@ static void on_enter(struct exporter *x, struct rd_event *e)
 		return;
 	if (x->fmt == RD_EXPORT_CHROME) {
 		b = chrome(x, "B", ns, th->tid);
-		rd_buf_puts(b, ",\"cat\":\"module\",\"name\":");
+		buf_puts(b, ",\"cat\":\"module\",\"name\":");
 		jpystr(b, rd_ev_get(e, "module"));
-		rd_buf_puts(b, ",\"args\":{");
+		buf_puts(b, ",\"args\":{");
 		call_args(b, e);
 		jdesc(b, "in", e, 1);
-		rd_buf_putc(b, '}');
+		buf_putc(b, '}');
 		chrome_done(x);
 	}
 	push(x, th, e, ns);
@@ -720,7 +720,7 @@ static void unmatched_exit(struct exporter *x, struct thread *th, struct rd_even
 			   int64_t ns, long long d)
 {
 	int64_t start = th->first;
-	struct rd_buf *b;
+	struct buf *b;
 
 	x->unmatched++;
 	if (x->fmt != RD_EXPORT_CHROME)
@@ -731,18 +731,18 @@ static void unmatched_exit(struct exporter *x, struct thread *th, struct rd_even
 	if (th->depth && th->stack[th->depth - 1].start > start)
 		start = th->stack[th->depth - 1].start;
 	b = chrome(x, "X", start, th->tid);
-	rd_buf_puts(b, ",\"dur\":");
+	buf_puts(b, ",\"dur\":");
 	ts_us(b, ns - start);
-	rd_buf_puts(b, ",\"cat\":\"module\",\"name\":");
+	buf_puts(b, ",\"cat\":\"module\",\"name\":");
 	jpystr(b, rd_ev_get(e, "module"));
-	rd_buf_puts(b, ",\"args\":{");
+	buf_puts(b, ",\"args\":{");
 	call_args(b, e);
 	jdesc(b, "out", e, 0);
 	key(b, "enter_not_in_trace");
-	rd_buf_puts(b, "true");
+	buf_puts(b, "true");
 	if (pyv_truthy(rd_ev_get(e, "orphan")))
-		rd_buf_puts(b, ",\"orphan\":true");
-	rd_buf_putc(b, '}');
+		buf_puts(b, ",\"orphan\":true");
+	buf_putc(b, '}');
 	chrome_done(x);
 }
 
@@ -752,7 +752,7 @@ static void on_return(struct exporter *x, struct rd_event *e)
 	int64_t ns = when(x, e, th);
 	long long d = depth_of(e);
 	long at = find_call(th, e);
-	struct rd_buf args = { 0 };
+	struct buf args = { 0 };
 
 	phase_at(x, th, e, ns);
 	if (at < 0) {
@@ -760,12 +760,12 @@ static void on_return(struct exporter *x, struct rd_event *e)
 	} else {
 		while (th->depth > (size_t)at + 1)
 			pop(x, th, ns, "\"did_not_return\":true");
-		rd_buf_puts(&args, "\"returned\":true");
+		buf_puts(&args, "\"returned\":true");
 		jdesc(&args, "out", e, 0);
 		if (pyv_truthy(rd_ev_get(e, "orphan")))
-			rd_buf_puts(&args, ",\"orphan\":true");
-		pop(x, th, ns, rd_buf_str(&args));
-		rd_buf_free(&args);
+			buf_puts(&args, ",\"orphan\":true");
+		pop(x, th, ns, buf_str(&args));
+		buf_free(&args);
 	}
 	mark_depth(th, d, ns);
 	if (d == 0)
@@ -777,31 +777,31 @@ static void on_unwound(struct exporter *x, struct rd_event *e)
 	struct thread *th = thread_for(x, e);
 	int64_t ns = when(x, e, th);
 	long at = find_call(th, e);
-	struct rd_buf *b, why = { 0 };
+	struct buf *b, why = { 0 };
 
 	phase_at(x, th, e, ns);
 	if (x->fmt == RD_EXPORT_CHROME) {
 		b = chrome(x, "i", ns, th->tid);
-		rd_buf_puts(b, ",\"s\":\"t\",\"cat\":\"unwound\",\"name\":");
+		buf_puts(b, ",\"s\":\"t\",\"cat\":\"unwound\",\"name\":");
 		jprefixed(b, "unwound ", rd_ev_get(e, "module"));
-		rd_buf_puts(b, ",\"args\":{\"module\":");
+		buf_puts(b, ",\"args\":{\"module\":");
 		jpystr(b, rd_ev_get(e, "module"));
-		rd_buf_putc(b, ',');
+		buf_putc(b, ',');
 		call_args(b, e);
 		key(b, "reason");
 		jval(b, rd_ev_get(e, "reason"));
 		key(b, "deepest");
 		jval(b, rd_ev_get(e, "deepest"));
 		jdesc(b, "in", e, 1);
-		rd_buf_putc(b, '}');
+		buf_putc(b, '}');
 		chrome_done(x);
 	}
 	if (at >= 0) {
-		rd_buf_puts(&why, "\"did_not_return\":true,\"unwound\":");
+		buf_puts(&why, "\"did_not_return\":true,\"unwound\":");
 		jval(&why, rd_ev_get(e, "reason"));
 		while (th->depth > (size_t)at)
-			pop(x, th, ns, rd_buf_str(&why));
-		rd_buf_free(&why);
+			pop(x, th, ns, buf_str(&why));
+		buf_free(&why);
 	}
 	mark_depth(th, depth_of(e), ns);
 	if (depth_of(e) == 0)
@@ -812,16 +812,16 @@ static void on_forward(struct exporter *x, struct rd_event *e)
 {
 	struct thread *th = thread_for(x, e);
 	int64_t ns = when(x, e, th);
-	struct rd_buf *b;
+	struct buf *b;
 
 	phase_at(x, th, e, ns);
 	if (x->fmt != RD_EXPORT_CHROME)
 		return;
 	close_forward(x, th, ns, NULL);
 	b = chrome(x, "B", ns, th->tid + FORWARDS_TID);
-	rd_buf_puts(b, ",\"cat\":\"forward\",\"name\":");
+	buf_puts(b, ",\"cat\":\"forward\",\"name\":");
 	jprefixed(b, "forward ", rd_ev_get(e, "forward"));
-	rd_buf_puts(b, ",\"args\":{\"forward\":");
+	buf_puts(b, ",\"args\":{\"forward\":");
 	jval(b, rd_ev_get(e, "forward"));
 	key(b, "phase");
 	jval(b, rd_ev_get(e, "phase"));
@@ -829,7 +829,7 @@ static void on_forward(struct exporter *x, struct rd_event *e)
 	jval(b, rd_ev_get(e, "samples"));
 	key(b, "batch_rows");
 	jval(b, rd_ev_get(e, "batch_rows"));
-	rd_buf_putc(b, '}');
+	buf_putc(b, '}');
 	chrome_done(x);
 	th->fwd_open = 1;
 }
@@ -840,15 +840,15 @@ static void on_error(struct exporter *x, struct rd_event *e)
 	struct thread *th = thread_for(x, e);
 	int64_t ns = when(x, e, th);
 	const cJSON *tb = rd_ev_get(e, "traceback"), *it;
-	struct rd_buf *b, text = { 0 };
+	struct buf *b, text = { 0 };
 
 	mem_counter(x, e, ns);
 	if (x->fmt != RD_EXPORT_CHROME)
 		return;
 	b = chrome(x, "i", ns, th->tid);
-	rd_buf_printf(b, ",\"s\":\"%s\",\"cat\":\"error\",\"name\":", threaded ? "t" : "g");
+	buf_printf(b, ",\"s\":\"%s\",\"cat\":\"error\",\"name\":", threaded ? "t" : "g");
 	jprefixed(b, "error: ", rd_ev_get(e, "exc_type"));
-	rd_buf_puts(b, ",\"args\":{\"exc_type\":");
+	buf_puts(b, ",\"args\":{\"exc_type\":");
 	jval(b, rd_ev_get(e, "exc_type"));
 	static const char *const keys[] = { "message", "module", "phase", "forward",
 					    "detected_at", "inspection", "samples", "mem" };
@@ -860,12 +860,12 @@ static void on_error(struct exporter *x, struct rd_event *e)
 	if (pyv_kind(tb) == PYV_LIST) {
 		cJSON_ArrayForEach(it, tb)
 			pyv_str(&text, it);
-		jstr(b, text.p ? text.p : "", text.len);
+		jstr(b, text.data ? text.data : "", text.len);
 	} else {
 		jval(b, tb);
 	}
-	rd_buf_free(&text);
-	rd_buf_putc(b, '}');
+	buf_free(&text);
+	buf_putc(b, '}');
 	chrome_done(x);
 }
 
@@ -873,18 +873,18 @@ static void on_dropped(struct exporter *x, struct rd_event *e)
 {
 	struct thread *th = thread_for(x, e);
 	int64_t ns = when(x, e, th);
-	struct rd_buf *b;
+	struct buf *b;
 
 	if (x->fmt != RD_EXPORT_CHROME)
 		return;
 	b = chrome(x, "i", ns, th->tid);
-	rd_buf_puts(b, ",\"s\":\"g\",\"cat\":\"dropped\",\"name\":");
+	buf_puts(b, ",\"s\":\"g\",\"cat\":\"dropped\",\"name\":");
 	jprefixed(b, "dropped ", rd_ev_get(e, "count"));
-	rd_buf_puts(b, ",\"args\":{\"count\":");
+	buf_puts(b, ",\"args\":{\"count\":");
 	jval(b, rd_ev_get(e, "count"));
 	key(b, "where");
 	jval(b, rd_ev_get(e, "where"));
-	rd_buf_putc(b, '}');
+	buf_putc(b, '}');
 	chrome_done(x);
 }
 
@@ -920,23 +920,23 @@ static void finish(struct exporter *x)
 
 static void chrome_end(struct exporter *x)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	const char *base = strrchr(x->file, '/');
 
-	rd_buf_puts(&b, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"exporter\":"
+	buf_puts(&b, "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"exporter\":"
 		    "\"evmbpf export\",\"trace\":");
 	jcstr(&b, base ? base + 1 : x->file);
 	key(&b, "clock");
 	if (x->seq)
-		rd_buf_puts(&b, "\"the event number (the trace has no timestamps): 1 us an "
+		buf_puts(&b, "\"the event number (the trace has no timestamps): 1 us an "
 			    "event\"");
 	else
-		rd_buf_printf(&b, "\"ts_ns of the trace less t0_ns\",\"t0_ns\":%lld", x->t0);
+		buf_printf(&b, "\"ts_ns of the trace less t0_ns\",\"t0_ns\":%lld", x->t0);
 	key(&b, "header");
 	jval(&b, x->header);
-	rd_buf_puts(&b, "}}\n");
-	fwrite(b.p, 1, b.len, x->out);
-	rd_buf_free(&b);
+	buf_puts(&b, "}}\n");
+	fwrite(b.data, 1, b.len, x->out);
+	buf_free(&b);
 }
 
 static void profile_tail(struct exporter *x, FILE *to)
@@ -962,7 +962,7 @@ static int speedscope_end(struct exporter *x)
 		profile_tail(x, th->events);
 		if (fflush(th->events) != 0 || ferror(th->events) ||
 		    fseeko(th->events, 0, SEEK_SET) != 0) {
-			rd_warn("a temporary file for thread %lld failed: %s", th->tid,
+			warnx_("a temporary file for thread %lld failed: %s", th->tid,
 				strerror(errno));
 			rc = -1;
 			continue;
@@ -974,7 +974,7 @@ static int speedscope_end(struct exporter *x)
 			rc = -1;
 	}
 	fputs("],\"shared\":{\"frames\":[", x->out);
-	fwrite(x->frames_json.p ? x->frames_json.p : "", 1, x->frames_json.len, x->out);
+	fwrite(x->frames_json.data ? x->frames_json.data : "", 1, x->frames_json.len, x->out);
 	fputs("]}}\n", x->out);
 	return rc;
 }
@@ -996,8 +996,8 @@ static void exporter_free(struct exporter *x)
 	free(x->threads);
 	rd_keymap_free(&x->by_tid);
 	rd_keymap_free(&x->frames);
-	rd_buf_free(&x->frames_json);
-	rd_buf_free(&x->line);
+	buf_free(&x->frames_json);
+	buf_free(&x->line);
 	cJSON_Delete(x->header);
 	rd_trace_free(&x->t);
 }
@@ -1005,17 +1005,17 @@ static void exporter_free(struct exporter *x)
 static void tell(struct exporter *x)
 {
 	if (x->unfinished)
-		rd_warn("%s: %lld module call%s had not returned where the trace ends (a killed "
+		warnx_("%s: %lld module call%s had not returned where the trace ends (a killed "
 			"tracer, or a job still running); %s at its last event, marked "
 			"\"unfinished\"", x->file, x->unfinished, x->unfinished == 1 ? "" : "s",
 			x->unfinished == 1 ? "it ends" : "they end");
 	if (x->unmatched && x->fmt == RD_EXPORT_SPEEDSCOPE)
-		rd_warn("%s: %lld exit%s of calls entered before the trace starts (a --tail "
+		warnx_("%s: %lld exit%s of calls entered before the trace starts (a --tail "
 			"trace, or an attach in the middle of a forward) are not in the speedscope "
 			"profile, which cannot open a frame in the past (--format chrome shows them)",
 			x->file, x->unmatched, x->unmatched == 1 ? "" : "s");
 	if (x->left_out)
-		rd_warn("%s: %lld thread%s past the first %d left out of the speedscope file",
+		warnx_("%s: %lld thread%s past the first %d left out of the speedscope file",
 			x->file, x->left_out, x->left_out == 1 ? "" : "s", MAX_SPILLS + 1);
 }
 
@@ -1049,12 +1049,12 @@ int rd_export(FILE *in, const char *file, enum rd_export_format fmt, FILE *out)
 	if (got < 0) {
 		rc = 1;
 	} else if (x.t.events == 0 && x.t.bad > 0) {
-		rd_warn("%s: no usable event in the trace (%lld corrupt line%s); nothing to "
+		warnx_("%s: no usable event in the trace (%lld corrupt line%s); nothing to "
 			"export", file, x.t.bad, x.t.bad == 1 ? "" : "s");
 		rc = 1;
 	} else {
 		if (x.t.events == 0)
-			rd_warn("%s: empty trace", file);
+			warnx_("%s: empty trace", file);
 		finish(&x);
 		if (fmt == RD_EXPORT_CHROME)
 			chrome_end(&x);
@@ -1077,23 +1077,23 @@ static FILE *create_output(const char *path, int force, FILE *in)
 
 	if (stat(path, &st) == 0 && fstat(fileno(in), &st_in) == 0 &&
 	    st.st_dev == st_in.st_dev && st.st_ino == st_in.st_ino) {
-		rd_warn("%s is the trace itself; give -o another file", path);
+		warnx_("%s is the trace itself; give -o another file", path);
 		return NULL;
 	}
 	fd = open(path, flags, 0600);
 	if (fd < 0) {
 		if (errno == EEXIST)
-			rd_warn("%s exists; evmbpf export does not overwrite a file (remove it, pick "
+			warnx_("%s exists; evmbpf export does not overwrite a file (remove it, pick "
 				"another -o, or pass --force)", path);
 		else if (errno == ELOOP)
-			rd_warn("%s is a symbolic link; evmbpf does not follow it (name the real "
+			warnx_("%s is a symbolic link; evmbpf does not follow it (name the real "
 				"file)", path);
 		else
-			rd_warn("cannot create %s: %s", path, strerror(errno));
+			warnx_("cannot create %s: %s", path, strerror(errno));
 		return NULL;
 	}
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		rd_warn("%s is not a regular file; give -o a file (or - for stdout)", path);
+		warnx_("%s is not a regular file; give -o a file (or - for stdout)", path);
 		close(fd);
 		return NULL;
 	}
@@ -1101,7 +1101,7 @@ static FILE *create_output(const char *path, int force, FILE *in)
 	const char *uid = getenv("SUDO_UID"), *gid = getenv("SUDO_GID");
 
 	if (uid && gid && geteuid() == 0 && fchown(fd, (uid_t)atoi(uid), (gid_t)atoi(gid)) != 0)
-		rd_warn("cannot give %s to uid %s: %s", path, uid, strerror(errno));
+		warnx_("cannot give %s to uid %s: %s", path, uid, strerror(errno));
 	f = fdopen(fd, "w");
 	if (!f)
 		close(fd);
@@ -1116,7 +1116,7 @@ int rd_export_to(FILE *in, const char *file, enum rd_export_format fmt, const ch
 	int rc;
 
 	if (!output && isatty(STDOUT_FILENO)) {
-		rd_warn("export writes JSON: give -o FILE, or redirect stdout (-o - writes to the "
+		warnx_("export writes JSON: give -o FILE, or redirect stdout (-o - writes to the "
 			"terminal all the same)");
 		return 2;
 	}
@@ -1126,16 +1126,16 @@ int rd_export_to(FILE *in, const char *file, enum rd_export_format fmt, const ch
 	setvbuf(out, NULL, _IOFBF, 1 << 20);
 	rc = rd_export(in, file, fmt, out);
 	if (fflush(out) != 0 || ferror(out)) {
-		rd_warn("writing %s failed: %s", to_file ? output : "the output", strerror(errno));
+		warnx_("writing %s failed: %s", to_file ? output : "the output", strerror(errno));
 		rc = 1;
 	}
 	if (to_file) {
 		if (fclose(out) != 0 && rc == 0) {
-			rd_warn("writing %s failed: %s", output, strerror(errno));
+			warnx_("writing %s failed: %s", output, strerror(errno));
 			rc = 1;
 		}
 		if (rc != 0 && unlink(output) == 0)
-			rd_warn("removed the incomplete %s", output);
+			warnx_("removed the incomplete %s", output);
 	}
 	return rc;
 }

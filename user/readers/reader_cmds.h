@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "pyre.h"
-#include "reader_util.h"
+#include "util.h"
 
 /* print(summarize_trace(shown, tail)) for the trace read from in; `file` names it
  * in diagnostics. Returns the exit code. */

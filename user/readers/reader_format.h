@@ -10,20 +10,20 @@
 #include <stdio.h>
 
 #include "reader_json.h"
-#include "reader_util.h"
+#include "util.h"
 
 /* Most copies of an indent ('  ' * depth) written; Python would build any size. */
 #define RD_MAX_DEPTH 10000
 
-void rd_format_samples(struct rd_buf *b, const cJSON *event, int unobservable);
+void rd_format_samples(struct buf *b, const cJSON *event, int unobservable);
 /* The same for the rows themselves (event.get("samples")). */
-void rd_format_rows(struct rd_buf *b, const cJSON *rows, int unobservable);
-void rd_stats_text(struct rd_buf *b, const cJSON *stats);
-void rd_format_tensor(struct rd_buf *b, const cJSON *described);
+void rd_format_rows(struct buf *b, const cJSON *rows, int unobservable);
+void rd_stats_text(struct buf *b, const cJSON *stats);
+void rd_format_tensor(struct buf *b, const cJSON *described);
 /* Appends one line per input to out, each starting with indent. */
 void rd_format_args(FILE *out, const cJSON *event, const char *indent);
-void rd_io_summary(struct rd_buf *b, const cJSON *described);
-void rd_io_columns(struct rd_buf *b, const cJSON *event);
+void rd_io_summary(struct buf *b, const cJSON *described);
+void rd_io_columns(struct buf *b, const cJSON *event);
 /* '  ' * event['depth']: how many levels (0 for a depth that is not an int). */
 long long rd_depth(const cJSON *event);
 /* Python's `x.get("stats") or {}` style: v when truthy, else NULL (an empty dict). */

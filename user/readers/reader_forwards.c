@@ -20,15 +20,15 @@ static int read_index(struct rd_trace *t, struct rd_index *x)
 static void print_lines(struct rd_fwd **index, size_t n, const char *file, int unobservable,
 			FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 
 	if (n == 0)
-		rd_warn("%s: no forward recorded in this trace", file);
+		warnx_("%s: no forward recorded in this trace", file);
 	for (size_t i = 0; i < n; i++) {
 		rd_index_line(&b, index[i], unobservable);
-		rd_buf_line(&b, out);
+		buf_line(&b, out);
 	}
-	rd_buf_free(&b);
+	buf_free(&b);
 }
 
 int rd_forwards(FILE *in, const char *file, int json, FILE *out)
@@ -44,7 +44,7 @@ int rd_forwards(FILE *in, const char *file, int json, FILE *out)
 	if (read_index(&t, &x) < 0) {
 		rc = 1;
 	} else if (t.events == 0 && t.bad > 0) {
-		rd_warn("%s: no usable event in the trace (%lld corrupt line%s); no forward to "
+		warnx_("%s: no usable event in the trace (%lld corrupt line%s); no forward to "
 			"list", file, t.bad, t.bad == 1 ? "" : "s");
 		rc = 1;
 	} else {

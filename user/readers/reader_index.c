@@ -19,7 +19,7 @@ static struct rd_fwd *record(struct rd_index *x, const cJSON *number)
 		return &x->v[at];
 	if (x->n == x->cap) {
 		x->cap = x->cap ? x->cap * 2 : 64;
-		x->v = rd_xrealloc(x->v, x->cap * sizeof(*x->v));
+		x->v = xrealloc(x->v, x->cap * sizeof(*x->v));
 		/* the keys point into their own records' nodes: nothing moves with v */
 	}
 	f = &x->v[x->n];
@@ -103,7 +103,7 @@ static int by_text(const void *a, const void *b)
  * reference raises TypeError) keeps the numbers only. */
 size_t rd_index_sorted(struct rd_index *x, struct rd_fwd ***out)
 {
-	struct rd_fwd **v = rd_xmalloc((x->entered + 1) * sizeof(*v));
+	struct rd_fwd **v = xmalloc((x->entered + 1) * sizeof(*v));
 	size_t n = 0, numbers = 0, strings = 0;
 
 	for (size_t i = 0; i < x->n; i++) {
@@ -128,38 +128,38 @@ size_t rd_index_sorted(struct rd_index *x, struct rd_fwd ***out)
 	return n;
 }
 
-void rd_index_line(struct rd_buf *b, const struct rd_fwd *f, int unobservable)
+void rd_index_line(struct buf *b, const struct rd_fwd *f, int unobservable)
 {
-	rd_buf_puts(b, "forward ");
+	buf_puts(b, "forward ");
 	pyv_format(b, f->number, '<', 5);
-	rd_buf_printf(b, " %5lld modules   ", f->modules);
+	buf_printf(b, " %5lld modules   ", f->modules);
 	pyv_format(b, f->phase, '<', 18);
-	rd_buf_putc(b, ' ');
+	buf_putc(b, ' ');
 	rd_format_rows(b, f->samples, unobservable);
 }
 
 void rd_index_json(FILE *out, struct rd_fwd **sorted, size_t n)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 
 	fputc('[', out);
 	for (size_t i = 0; i < n; i++) {
 		const struct rd_fwd *f = sorted[i];
 
-		rd_buf_puts(&b, i ? ", {\"forward\": " : "{\"forward\": ");
+		buf_puts(&b, i ? ", {\"forward\": " : "{\"forward\": ");
 		pyv_json(&b, f->number);
-		rd_buf_printf(&b, ", \"modules\": %lld, \"phase\": ", f->modules);
+		buf_printf(&b, ", \"modules\": %lld, \"phase\": ", f->modules);
 		pyv_json(&b, f->phase);
-		rd_buf_puts(&b, ", \"samples\": ");
+		buf_puts(&b, ", \"samples\": ");
 		pyv_json(&b, f->samples);
-		rd_buf_puts(&b, ", \"batch_rows\": ");
+		buf_puts(&b, ", \"batch_rows\": ");
 		pyv_json(&b, f->batch_rows);
-		rd_buf_putc(&b, '}');
-		fwrite(b.p, 1, b.len, out);
-		rd_buf_clear(&b);
+		buf_putc(&b, '}');
+		fwrite(b.data, 1, b.len, out);
+		buf_clear(&b);
 	}
 	fputs("]\n", out);
-	rd_buf_free(&b);
+	buf_free(&b);
 }
 
 void rd_index_free(struct rd_index *x)

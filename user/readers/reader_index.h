@@ -33,7 +33,7 @@ void rd_index_add(struct rd_index *x, struct rd_event *event);
 /* forward_index(): the entered forwards in order. A malloc'd array of pointers. */
 size_t rd_index_sorted(struct rd_index *x, struct rd_fwd ***out);
 /* One forward_index() entry as the healthy summary prints it (no indent). */
-void rd_index_line(struct rd_buf *b, const struct rd_fwd *f, int unobservable);
+void rd_index_line(struct buf *b, const struct rd_fwd *f, int unobservable);
 /* json.dumps(forward_index(events)). */
 void rd_index_json(FILE *out, struct rd_fwd **sorted, size_t n);
 void rd_index_free(struct rd_index *x);

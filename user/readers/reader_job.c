@@ -158,10 +158,10 @@ int rd_job_files(const char *dir, char ***files)
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;
-			*files = rd_xrealloc(*files, (size_t)cap * sizeof(**files));
+			*files = xrealloc(*files, (size_t)cap * sizeof(**files));
 		}
 		size_t len = strlen(dir) + strlen(e->d_name) + 2;
-		(*files)[n] = rd_xrealloc(NULL, len);
+		(*files)[n] = xrealloc(NULL, len);
 		snprintf((*files)[n++], len, "%s/%s", dir, e->d_name);
 	}
 	if (d)
@@ -244,16 +244,16 @@ int rd_job_main(char **traces, int n, long long tail)
 			return -1;
 		}
 	} else {
-		files = rd_xrealloc(NULL, (size_t)n * sizeof(*files));
+		files = xrealloc(NULL, (size_t)n * sizeof(*files));
 		for (int i = 0; i < n; i++) {
 			if (stat(traces[i], &st)) {
-				rd_warn("no trace at %s", traces[i]);
+				warnx_("no trace at %s", traces[i]);
 				for (int k = 0; k < i; k++)
 					free(files[k]);
 				free(files);
 				return 1;
 			}
-			files[i] = rd_xstrndup(traces[i], strlen(traces[i]));
+			files[i] = xstrndup(traces[i], strlen(traces[i]));
 		}
 		nfiles = n;
 	}

@@ -151,7 +151,7 @@ static void add_token(struct scan *sc, size_t start, int is_float)
 
 	if (p->ntoks == p->cap) {
 		p->cap = p->cap ? p->cap * 2 : 64;
-		p->toks = rd_xrealloc(p->toks, p->cap * sizeof(*p->toks));
+		p->toks = xrealloc(p->toks, p->cap * sizeof(*p->toks));
 	}
 	p->toks[p->ntoks].off = start;
 	p->toks[p->ntoks].len = sc->i - start;
@@ -218,7 +218,7 @@ static void add_member(struct scan *sc, size_t key, size_t key_end, size_t value
 
 	if (p->nmembers == p->mcap) {
 		p->mcap = p->mcap ? p->mcap * 2 : 32;
-		p->members = rd_xrealloc(p->members, p->mcap * sizeof(*p->members));
+		p->members = xrealloc(p->members, p->mcap * sizeof(*p->members));
 	}
 	m = &p->members[p->nmembers++];
 	m->koff = key + 1;
@@ -363,7 +363,7 @@ static void keep_last(cJSON *obj, cJSON *first, cJSON *last)
 
 static void dedupe_sorted(cJSON *obj, size_t n)
 {
-	struct keyed *all = rd_xmalloc(n * sizeof(*all));
+	struct keyed *all = xmalloc(n * sizeof(*all));
 	size_t k = 0;
 
 	for (cJSON *c = obj->child; c; c = c->next, k++)
@@ -606,65 +606,65 @@ int pyv_lt(const cJSON *a, const cJSON *b)
 	return pyv_num(a, &x) && pyv_num(b, &y) && x < y;
 }
 
-static void int_text(struct rd_buf *b, const cJSON *v)
+static void int_text(struct buf *b, const cJSON *v)
 {
 	if (v->valuestring)
-		rd_buf_puts(b, v->valuestring);
+		buf_puts(b, v->valuestring);
 	else
-		rd_buf_printf(b, "%lld", (long long)v->valuedouble);
+		buf_printf(b, "%lld", (long long)v->valuedouble);
 }
 
-static void float_text(struct rd_buf *b, double d)
+static void float_text(struct buf *b, double d)
 {
 	char text[PYFMT_FLOAT_MAX];
 
 	pyfmt_float_repr(text, sizeof(text), d);
-	rd_buf_puts(b, text);
+	buf_puts(b, text);
 }
 
-static void str_repr(struct rd_buf *b, const char *s)
+static void str_repr(struct buf *b, const char *s)
 {
 	size_t len = strlen(s);
 	size_t need = pyfmt_str_repr(NULL, 0, s, len);
-	char *text = rd_xmalloc(need + 1);
+	char *text = xmalloc(need + 1);
 
 	pyfmt_str_repr(text, need + 1, s, len);
-	rd_buf_put(b, text, need);
+	buf_put(b, text, need);
 	free(text);
 }
 
-static void container_repr(struct rd_buf *b, const cJSON *v)
+static void container_repr(struct buf *b, const cJSON *v)
 {
 	int dict = cJSON_IsObject(v);
 
-	rd_buf_putc(b, dict ? '{' : '[');
+	buf_putc(b, dict ? '{' : '[');
 	for (const cJSON *c = v->child; c; c = c->next) {
 		if (c != v->child)
-			rd_buf_puts(b, ", ");
+			buf_puts(b, ", ");
 		if (dict) {
 			str_repr(b, c->string ? c->string : "");
-			rd_buf_puts(b, ": ");
+			buf_puts(b, ": ");
 		}
 		pyv_repr(b, c);
 	}
-	rd_buf_putc(b, dict ? '}' : ']');
+	buf_putc(b, dict ? '}' : ']');
 }
 
-void pyv_str(struct rd_buf *b, const cJSON *v)
+void pyv_str(struct buf *b, const cJSON *v)
 {
 	switch (pyv_kind(v)) {
 	case PYV_MISSING:
-	case PYV_NONE: rd_buf_puts(b, "None"); break;
-	case PYV_BOOL: rd_buf_puts(b, cJSON_IsTrue(v) ? "True" : "False"); break;
+	case PYV_NONE: buf_puts(b, "None"); break;
+	case PYV_BOOL: buf_puts(b, cJSON_IsTrue(v) ? "True" : "False"); break;
 	case PYV_INT: int_text(b, v); break;
 	case PYV_FLOAT: float_text(b, v->valuedouble); break;
-	case PYV_STR: rd_buf_puts(b, v->valuestring); break;
+	case PYV_STR: buf_puts(b, v->valuestring); break;
 	case PYV_LIST:
 	case PYV_DICT: container_repr(b, v); break;
 	}
 }
 
-void pyv_repr(struct rd_buf *b, const cJSON *v)
+void pyv_repr(struct buf *b, const cJSON *v)
 {
 	if (pyv_kind(v) == PYV_STR)
 		str_repr(b, v->valuestring);
@@ -672,18 +672,18 @@ void pyv_repr(struct rd_buf *b, const cJSON *v)
 		pyv_str(b, v);
 }
 
-void pyv_format(struct rd_buf *b, const cJSON *v, char align, size_t width)
+void pyv_format(struct buf *b, const cJSON *v, char align, size_t width)
 {
 	size_t start = b->len;
 
 	if (pyv_kind(v) == PYV_BOOL)          /* int.__format__ with a spec: 1, not True */
-		rd_buf_putc(b, cJSON_IsTrue(v) ? '1' : '0');
+		buf_putc(b, cJSON_IsTrue(v) ? '1' : '0');
 	else
 		pyv_str(b, v);
-	rd_buf_align(b, start, align, width);
+	buf_align(b, start, align, width);
 }
 
-void pyv_format_float(struct rd_buf *b, const cJSON *v, char type, int prec)
+void pyv_format_float(struct buf *b, const cJSON *v, char type, int prec)
 {
 	double d;
 	char text[400];
@@ -701,32 +701,32 @@ void pyv_format_float(struct rd_buf *b, const cJSON *v, char type, int prec)
 		}
 	}
 	pyfmt_float_fmt(text, sizeof(text), d, type, prec);
-	rd_buf_puts(b, text);
+	buf_puts(b, text);
 }
 
-static void json_str(struct rd_buf *b, const char *s)
+static void json_str(struct buf *b, const char *s)
 {
 	size_t len = strlen(s);
 	size_t need = pyfmt_json_str(NULL, 0, s, len);
-	char *text = rd_xmalloc(need + 1);
+	char *text = xmalloc(need + 1);
 
 	pyfmt_json_str(text, need + 1, s, len);
-	rd_buf_put(b, text, need);
+	buf_put(b, text, need);
 	free(text);
 }
 
-void pyv_json(struct rd_buf *b, const cJSON *v)
+void pyv_json(struct buf *b, const cJSON *v)
 {
 	switch (pyv_kind(v)) {
 	case PYV_MISSING:
-	case PYV_NONE: rd_buf_puts(b, "null"); return;
-	case PYV_BOOL: rd_buf_puts(b, cJSON_IsTrue(v) ? "true" : "false"); return;
+	case PYV_NONE: buf_puts(b, "null"); return;
+	case PYV_BOOL: buf_puts(b, cJSON_IsTrue(v) ? "true" : "false"); return;
 	case PYV_INT: int_text(b, v); return;
 	case PYV_FLOAT:
 		if (isnan(v->valuedouble))
-			rd_buf_puts(b, "NaN");
+			buf_puts(b, "NaN");
 		else if (isinf(v->valuedouble))
-			rd_buf_puts(b, v->valuedouble < 0 ? "-Infinity" : "Infinity");
+			buf_puts(b, v->valuedouble < 0 ? "-Infinity" : "Infinity");
 		else
 			float_text(b, v->valuedouble);
 		return;
@@ -734,17 +734,17 @@ void pyv_json(struct rd_buf *b, const cJSON *v)
 	case PYV_LIST:
 	case PYV_DICT: break;
 	}
-	rd_buf_putc(b, cJSON_IsObject(v) ? '{' : '[');
+	buf_putc(b, cJSON_IsObject(v) ? '{' : '[');
 	for (const cJSON *c = v->child; c; c = c->next) {
 		if (c != v->child)
-			rd_buf_puts(b, ", ");
+			buf_puts(b, ", ");
 		if (cJSON_IsObject(v)) {
 			json_str(b, c->string ? c->string : "");
-			rd_buf_puts(b, ": ");
+			buf_puts(b, ": ");
 		}
 		pyv_json(b, c);
 	}
-	rd_buf_putc(b, cJSON_IsObject(v) ? '}' : ']');
+	buf_putc(b, cJSON_IsObject(v) ? '}' : ']');
 }
 
 /* ---- keys ---- */
@@ -866,7 +866,7 @@ static void grow(struct rd_keymap *m)
 {
 	struct rd_keymap bigger = { NULL, m->cap ? m->cap * 2 : 64, m->count };
 
-	bigger.slots = rd_xcalloc(bigger.cap, sizeof(*bigger.slots));
+	bigger.slots = xcalloc(bigger.cap, sizeof(*bigger.slots));
 	for (size_t i = 0; i < m->cap; i++) {
 		struct rd_keyslot *s = &m->slots[i];
 
@@ -881,7 +881,7 @@ static void own_key(struct pykey *dst, const struct pykey *src)
 {
 	*dst = *src;
 	if (src->kind == PYKEY_STR || src->kind == PYKEY_BIGINT)
-		dst->s = rd_xstrndup(src->s, src->n);
+		dst->s = xstrndup(src->s, src->n);
 }
 
 void rd_keymap_put(struct rd_keymap *m, const struct pykey *k1, const struct pykey *k2, size_t v)

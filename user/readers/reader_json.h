@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reader_util.h"
+#include "util.h"
 
 #define RD_NUM_INT 0
 #define RD_NUM_FLOAT 1
@@ -88,16 +88,16 @@ int pyv_eq_int(const cJSON *v, long long n);
 int pyv_lt(const cJSON *a, const cJSON *b);
 
 /* str(v); a NULL (missing) v prints as None. */
-void pyv_str(struct rd_buf *b, const cJSON *v);
-void pyv_repr(struct rd_buf *b, const cJSON *v);
+void pyv_str(struct buf *b, const cJSON *v);
+void pyv_repr(struct buf *b, const cJSON *v);
 /* f"{v:<width}" or f"{v:>width}" (align '<' or '>'). Where Python would refuse the
  * spec (None, a list or a dict under a width), str(v) is padded instead. */
-void pyv_format(struct rd_buf *b, const cJSON *v, char align, size_t width);
+void pyv_format(struct buf *b, const cJSON *v, char align, size_t width);
 /* f"{v:.{prec}{type}}" for a number; "nan"/"inf"/"-inf" strings count as the floats
  * _stats_text turns them into; anything else prints as str(v). */
-void pyv_format_float(struct rd_buf *b, const cJSON *v, char type, int prec);
+void pyv_format_float(struct buf *b, const cJSON *v, char type, int prec);
 /* json.dumps(v) with Python's defaults. */
-void pyv_json(struct rd_buf *b, const cJSON *v);
+void pyv_json(struct buf *b, const cJSON *v);
 
 /* A hashable Python value, as a dict or set key. */
 enum pykey_kind { PYKEY_NONE, PYKEY_INT, PYKEY_FLOAT, PYKEY_STR, PYKEY_BIGINT };

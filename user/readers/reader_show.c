@@ -46,7 +46,7 @@ static struct call *call_of(struct show *s, const cJSON *id, int create)
 		return &s->calls[at];
 	if (!create)
 		return NULL;
-	s->calls = rd_xrealloc(s->calls, (s->ncalls + 1) * sizeof(*s->calls));
+	s->calls = xrealloc(s->calls, (s->ncalls + 1) * sizeof(*s->calls));
 	memset(&s->calls[s->ncalls], 0, sizeof(*s->calls));
 	s->calls[s->ncalls].last_enter = -1;
 	rd_keymap_put(&s->ids, &k, NULL, s->ncalls);
@@ -59,7 +59,7 @@ static void keep_entry(struct show *s, cJSON *ev, int enter)
 {
 	if (s->n == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 256;
-		s->entries = rd_xrealloc(s->entries, s->cap * sizeof(*s->entries));
+		s->entries = xrealloc(s->entries, s->cap * sizeof(*s->entries));
 	}
 	s->entries[s->n] = ev;
 	if (enter) {
@@ -222,8 +222,8 @@ static size_t layers(struct show *s, const struct pyre *re, char ***out)
 				break;
 		if (i < n)
 			continue;
-		v = rd_xrealloc(v, (n + 1) * sizeof(*v));
-		v[n++] = rd_xstrndup(seg, len);
+		v = xrealloc(v, (n + 1) * sizeof(*v));
+		v[n++] = xstrndup(seg, len);
 	}
 	if (n > 1)
 		qsort(v, n, sizeof(*v), layer_cmp);
@@ -233,27 +233,27 @@ static size_t layers(struct show *s, const struct pyre *re, char ***out)
 
 static void print_note(struct show *s, const char *module, const struct pyre *re, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	char **depths;
 	size_t matched = 0, n = layers(s, re, &depths);
 	cJSON *pattern = cJSON_CreateString(module);
 
 	for (size_t k = 0; k < s->n; k++)
 		matched += matches(re, s->entries[k]);
-	rd_buf_puts(&b, "modules matching ");
+	buf_puts(&b, "modules matching ");
 	pyv_repr(&b, pattern);
-	rd_buf_printf(&b, " only: %zu of %zu", matched, s->n);
+	buf_printf(&b, " only: %zu of %zu", matched, s->n);
 	if (n > 1) {
-		rd_buf_puts(&b, ", across layers ");
+		buf_puts(&b, ", across layers ");
 		for (size_t i = 0; i < n; i++)
-			rd_buf_printf(&b, "%s%s", i ? ", " : "", depths[i]);
+			buf_printf(&b, "%s%s", i ? ", " : "", depths[i]);
 	}
-	rd_buf_line(&b, out);
+	buf_line(&b, out);
 	for (size_t i = 0; i < n; i++)
 		free(depths[i]);
 	free(depths);
 	cJSON_Delete(pattern);
-	rd_buf_free(&b);
+	buf_free(&b);
 }
 
 /* "stats" in d, for d in an entry's args: a key, a substring, or an element. */
@@ -287,31 +287,31 @@ static int any_stats(struct show *s)
 
 static void print_heading(struct show *s, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	const cJSON *rows = pyv_get(s->header, "batch_rows");
 
-	rd_buf_printf(&b, "forward %lld   phase ", s->forward);
+	buf_printf(&b, "forward %lld   phase ", s->forward);
 	pyv_str(&b, pyv_get(s->entries[0], "phase"));
-	rd_buf_puts(&b, "   documents: ");
+	buf_puts(&b, "   documents: ");
 	if (s->header)
 		rd_format_samples(&b, s->header, s->t.samples_unobservable);
 	else
-		rd_buf_puts(&b, "unknown");
+		buf_puts(&b, "unknown");
 	if (s->header && pyv_truthy(rows)) {
-		rd_buf_puts(&b, "   ");
+		buf_puts(&b, "   ");
 		pyv_str(&b, rows);
-		rd_buf_puts(&b, " batch row(s)");
+		buf_puts(&b, " batch row(s)");
 	}
-	rd_buf_line(&b, out);
-	rd_buf_free(&b);
+	buf_line(&b, out);
+	buf_free(&b);
 }
 
-static void returned(struct show *s, struct rd_buf *b, const cJSON *ev)
+static void returned(struct show *s, struct buf *b, const cJSON *ev)
 {
 	struct call *c;
 
 	if (pyv_is(pyv_get(ev, "event"), "unwound")) {
-		rd_buf_puts(b, "(never returned)");
+		buf_puts(b, "(never returned)");
 		return;
 	}
 	c = call_of(s, pyv_get(ev, "call"), 0);
@@ -320,23 +320,23 @@ static void returned(struct show *s, struct rd_buf *b, const cJSON *ev)
 
 static void print_entry(struct show *s, const cJSON *ev, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	size_t start;
 
-	rd_buf_puts(&b, "  ");
+	buf_puts(&b, "  ");
 	start = b.len;
-	rd_buf_repeat(&b, "  ", (size_t)rd_depth(ev));
+	buf_repeat(&b, "  ", (size_t)rd_depth(ev));
 	pyv_str(&b, pyv_get(ev, "module"));
-	rd_buf_align(&b, start, '<', 46);
-	rd_buf_putc(&b, ' ');
+	buf_align(&b, start, '<', 46);
+	buf_putc(&b, ' ');
 	pyv_format(&b, pyv_get(ev, "type"), '<', 22);
-	rd_buf_putc(&b, ' ');
+	buf_putc(&b, ' ');
 	rd_io_columns(&b, ev);
-	rd_buf_line(&b, out);
-	rd_buf_printf(&b, "  %46s %22s -> ", "", "");
+	buf_line(&b, out);
+	buf_printf(&b, "  %46s %22s -> ", "", "");
 	returned(s, &b, ev);
-	rd_buf_line(&b, out);
-	rd_buf_free(&b);
+	buf_line(&b, out);
+	buf_free(&b);
 }
 
 static void print_forward(struct show *s, const char *module, const struct pyre *re, FILE *out)
@@ -364,14 +364,14 @@ static void print_forward(struct show *s, const char *module, const struct pyre 
 		print_entry(s, s->entries[k], out);
 	}
 	if (!shown) {
-		struct rd_buf b = { 0 };
+		struct buf b = { 0 };
 		cJSON *pattern = cJSON_CreateString(module);
 
-		rd_buf_puts(&b, "  no module in this forward matches ");
+		buf_puts(&b, "  no module in this forward matches ");
 		pyv_repr(&b, pattern);
-		rd_buf_line(&b, out);
+		buf_line(&b, out);
 		cJSON_Delete(pattern);
-		rd_buf_free(&b);
+		buf_free(&b);
 	}
 }
 
@@ -403,7 +403,7 @@ int rd_show(FILE *in, const char *file, long long forward, const char *module,
 	if (read_passes(&s) < 0) {
 		rc = 1;
 	} else if (s.t.events == 0 && s.t.bad > 0) {
-		rd_warn("%s: no usable event in the trace (%lld corrupt line%s); nothing to show",
+		warnx_("%s: no usable event in the trace (%lld corrupt line%s); nothing to show",
 			file, s.t.bad, s.t.bad == 1 ? "" : "s");
 		rc = 1;
 	} else {

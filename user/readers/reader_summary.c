@@ -71,7 +71,7 @@ static void ring_push(struct ring *r, struct spot s)
 			r->cap = r->cap ? r->cap * 2 : 16;
 			if (r->cap > r->max)
 				r->cap = r->max;
-			r->v = rd_xrealloc(r->v, r->cap * sizeof(*r->v));
+			r->v = xrealloc(r->v, r->cap * sizeof(*r->v));
 		}
 		r->v[r->n++] = s;   /* while filling, head stays 0 */
 		return;
@@ -130,7 +130,7 @@ static void note_unwound(struct summary *s, struct rd_event *ev)
 	}
 	if (s->n_unwound == s->cap_unwound) {
 		s->cap_unwound = s->cap_unwound ? s->cap_unwound * 2 : 64;
-		s->unwound = rd_xrealloc(s->unwound, s->cap_unwound * sizeof(*s->unwound));
+		s->unwound = xrealloc(s->unwound, s->cap_unwound * sizeof(*s->unwound));
 	}
 	s->unwound[s->n_unwound++] = (struct spot){ s->t.off, s->t.len };
 }
@@ -183,7 +183,7 @@ static int read_all(struct summary *s)
 
 /* ---- the opening lines ---- */
 
-static void dropped_total(struct rd_buf *b, const cJSON *dropped, long long events)
+static void dropped_total(struct buf *b, const cJSON *dropped, long long events)
 {
 	long long n;
 
@@ -194,76 +194,76 @@ static void dropped_total(struct rd_buf *b, const cJSON *dropped, long long even
 		pyv_str(b, sum);
 		cJSON_Delete(sum);
 	} else if (pyv_int(dropped, &n)) {
-		rd_buf_printf(b, "%lld", n + events);
+		buf_printf(b, "%lld", n + events);
 	} else {
-		rd_buf_printf(b, "%.0Lf", strtold(dropped->valuestring, NULL) + events);
+		buf_printf(b, "%.0Lf", strtold(dropped->valuestring, NULL) + events);
 	}
 }
 
 static void print_opening(struct summary *s, const char *shown, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	const cJSON *config = pyv_get(s->header, "config");
 	int tail = pyv_truthy(s->dropped);
 	size_t n = s->index.entered;
 
-	rd_buf_printf(&b, "trace: %s   (%lld events", shown, s->t.events);
+	buf_printf(&b, "trace: %s   (%lld events", shown, s->t.events);
 	if (tail) {
-		rd_buf_puts(&b, ", ");
+		buf_puts(&b, ", ");
 		pyv_str(&b, s->dropped);
-		rd_buf_puts(&b, " dropped");
+		buf_puts(&b, " dropped");
 	}
-	rd_buf_putc(&b, ')');
-	rd_buf_line(&b, out);
-	rd_buf_puts(&b, "model_type: ");
+	buf_putc(&b, ')');
+	buf_line(&b, out);
+	buf_puts(&b, "model_type: ");
 	pyv_str(&b, pyv_get(s->header, "model_type"));
-	rd_buf_puts(&b, "   torch ");
+	buf_puts(&b, "   torch ");
 	pyv_str(&b, pyv_get(s->header, "torch"));
-	rd_buf_puts(&b, "   cuda=");
+	buf_puts(&b, "   cuda=");
 	pyv_str(&b, pyv_get(s->header, "cuda"));
-	rd_buf_puts(&b, "   numeric=");
+	buf_puts(&b, "   numeric=");
 	pyv_str(&b, pyv_get(config, "numeric"));
-	rd_buf_puts(&b, "   sync=");
+	buf_puts(&b, "   sync=");
 	pyv_str(&b, pyv_get(config, "sync"));
-	rd_buf_line(&b, out);
+	buf_line(&b, out);
 	if (tail) {
-		rd_buf_printf(&b, "this is the tail: the last %zu forward%s of ", n, n != 1 ? "s" : "");
+		buf_printf(&b, "this is the tail: the last %zu forward%s of ", n, n != 1 ? "s" : "");
 		dropped_total(&b, s->dropped, s->t.events);
-		rd_buf_puts(&b, " events. --debug-stream keeps all of it.");
+		buf_puts(&b, " events. --debug-stream keeps all of it.");
 	} else {
-		rd_buf_printf(&b, "forwards traced: %zu", n);
+		buf_printf(&b, "forwards traced: %zu", n);
 	}
-	rd_buf_line(&b, out);
-	rd_buf_line(&b, out);
-	rd_buf_free(&b);
+	buf_line(&b, out);
+	buf_line(&b, out);
+	buf_free(&b);
 }
 
 /* ---- a healthy trace ---- */
 
 static void print_healthy(struct summary *s, const char *shown, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	struct rd_fwd **index;
 	size_t n = rd_index_sorted(&s->index, &index);
 
 	fputs("no failure recorded: every module that was entered also returned.\n\n", out);
 	fprintf(out, "%zu forward(s) in this trace:\n", n);
 	for (size_t i = 0; i < n && i < 20; i++) {
-		rd_buf_puts(&b, "  ");
+		buf_puts(&b, "  ");
 		rd_index_line(&b, index[i], s->t.samples_unobservable);
-		rd_buf_line(&b, out);
+		buf_line(&b, out);
 	}
 	if (n > 20)
 		fprintf(out, "  ... and %zu more\n", n - 20);
 	if (n)
 		pyv_str(&b, index[0]->number);
 	else
-		rd_buf_putc(&b, '1');
+		buf_putc(&b, '1');
 	fputs("\nread one of them:\n", out);
-	fprintf(out, "  evmbpf show %s --forward %s\n", shown, rd_buf_str(&b));
+	fprintf(out, "  evmbpf show %s --forward %s\n", shown, buf_str(&b));
 	fprintf(out, "  evmbpf show %s --forward %s --module 'layers\\.0\\.'\n", shown,
-		rd_buf_str(&b));
-	rd_buf_free(&b);
+		buf_str(&b));
+	buf_free(&b);
 	free(index);
 }
 
@@ -271,33 +271,33 @@ static void print_healthy(struct summary *s, const char *shown, FILE *out)
 
 static void print_error(const cJSON *error, int unobservable, FILE *out)
 {
-	struct rd_buf b = { 0 }, msg = { 0 };
+	struct buf b = { 0 }, msg = { 0 };
 	const cJSON *detected = pyv_get(error, "detected_at");
 	const cJSON *mem = pyv_get(error, "mem");
 	double allocated, reserved;
 	size_t first;
 
-	rd_buf_puts(&b, "FAILED in phase ");
+	buf_puts(&b, "FAILED in phase ");
 	pyv_str(&b, pyv_get(error, "phase"));
-	rd_buf_puts(&b, ", forward ");
+	buf_puts(&b, ", forward ");
 	pyv_str(&b, pyv_get(error, "forward"));
-	rd_buf_puts(&b, ": ");
+	buf_puts(&b, ": ");
 	pyv_str(&b, pyv_get(error, "exc_type"));
-	rd_buf_puts(&b, ": ");
+	buf_puts(&b, ": ");
 	/* message.splitlines()[0][:160] */
 	pyv_str(&msg, pyv_get(error, "message"));
-	first = pyfmt_first_line(rd_buf_str(&msg), msg.len);
-	rd_buf_put(&b, msg.p, pyfmt_utf8_prefix(msg.p, first, 160));
-	rd_buf_line(&b, out);
+	first = pyfmt_first_line(buf_str(&msg), msg.len);
+	buf_put(&b, msg.data, pyfmt_utf8_prefix(msg.data, first, 160));
+	buf_line(&b, out);
 	if (pyv_truthy(detected)) {
-		rd_buf_puts(&b, "  the bad output came from ");
+		buf_puts(&b, "  the bad output came from ");
 		pyv_str(&b, detected);
-		rd_buf_puts(&b, ", which had already returned; the stack below is its caller");
-		rd_buf_line(&b, out);
+		buf_puts(&b, ", which had already returned; the stack below is its caller");
+		buf_line(&b, out);
 	}
-	rd_buf_puts(&b, "  documents in flight: ");
+	buf_puts(&b, "  documents in flight: ");
 	rd_format_samples(&b, error, unobservable);
-	rd_buf_line(&b, out);
+	buf_line(&b, out);
 	if (pyv_truthy(mem) && pyv_num(pyv_get(mem, "allocated"), &allocated) &&
 	    pyv_num(pyv_get(mem, "reserved"), &reserved)) {
 		char a[400], r[400];
@@ -307,31 +307,31 @@ static void print_error(const cJSON *error, int unobservable, FILE *out)
 		fprintf(out, "  cuda: %s GB allocated, %s GB reserved\n", a, r);
 	}
 	fputc('\n', out);
-	rd_buf_free(&b);
-	rd_buf_free(&msg);
+	buf_free(&b);
+	buf_free(&msg);
 }
 
 static void print_unwound_event(const cJSON *ev, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	long long depth = rd_depth(ev);
 	int deepest = pyv_truthy(pyv_get(ev, "deepest"));
 
-	rd_buf_puts(&b, "  ");
-	rd_buf_repeat(&b, "  ", (size_t)depth);
+	buf_puts(&b, "  ");
+	buf_repeat(&b, "  ", (size_t)depth);
 	pyv_format(&b, pyv_get(ev, "module"), '<', 40);
-	rd_buf_putc(&b, ' ');
+	buf_putc(&b, ' ');
 	pyv_str(&b, pyv_get(ev, "type"));
 	if (deepest)
-		rd_buf_puts(&b, "   <- stopped here");
-	rd_buf_line(&b, out);
+		buf_puts(&b, "   <- stopped here");
+	buf_line(&b, out);
 	if (deepest) {
-		rd_buf_puts(&b, "  ");
-		rd_buf_repeat(&b, "  ", (size_t)depth);
-		rd_buf_puts(&b, "  ");
-		rd_format_args(out, ev, rd_buf_str(&b));
+		buf_puts(&b, "  ");
+		buf_repeat(&b, "  ", (size_t)depth);
+		buf_puts(&b, "  ");
+		rd_format_args(out, ev, buf_str(&b));
 	}
-	rd_buf_free(&b);
+	buf_free(&b);
 }
 
 static int stream_unwound(struct summary *s, FILE *out)
@@ -369,20 +369,20 @@ static int print_unwound(struct summary *s, FILE *out)
 
 static void print_before_event(const cJSON *ev, FILE *out)
 {
-	struct rd_buf b = { 0 };
+	struct buf b = { 0 };
 	const cJSON *phase = pyv_get(ev, "phase");
 
-	rd_buf_puts(&b, "  ");
+	buf_puts(&b, "  ");
 	pyv_format(&b, pyv_get(ev, "i"), '>', 6);
-	rd_buf_puts(&b, "  ");
+	buf_puts(&b, "  ");
 	pyv_format(&b, pyv_get(ev, "event"), '<', 5);
-	rd_buf_putc(&b, ' ');
+	buf_putc(&b, ' ');
 	pyv_format(&b, pyv_get(ev, "module"), '<', 40);
-	rd_buf_putc(&b, ' ');
+	buf_putc(&b, ' ');
 	if (phase)
 		pyv_str(&b, phase);
-	rd_buf_line(&b, out);
-	rd_buf_free(&b);
+	buf_line(&b, out);
+	buf_free(&b);
 }
 
 static void print_ring(struct summary *s, struct before *b, FILE *out)
@@ -487,7 +487,7 @@ int rd_summarize(FILE *in, const char *file, const char *shown, long long tail, 
 	if (read_all(&s) < 0) {
 		rc = 1;
 	} else if (s.t.events == 0 && s.t.bad > 0) {
-		rd_warn("%s: no usable event in the trace (%lld corrupt line%s); nothing to "
+		warnx_("%s: no usable event in the trace (%lld corrupt line%s); nothing to "
 			"summarize", file, s.t.bad, s.t.bad == 1 ? "" : "s");
 		rc = 1;
 	} else if (s.t.events == 0) {

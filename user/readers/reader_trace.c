@@ -44,7 +44,7 @@ static void keep(struct rd_lines *l, const char *s, size_t n)
 		l->too_long = 1;
 		return;
 	}
-	rd_buf_put(&l->acc, s, n);
+	buf_put(&l->acc, s, n);
 }
 
 static void drop_lf_after_cr(struct rd_lines *l)
@@ -74,7 +74,7 @@ static int lines_next(struct rd_lines *l, const char **line, size_t *len)
 	int seen = 0;
 
 	drop_lf_after_cr(l);
-	rd_buf_clear(&l->acc);
+	buf_clear(&l->acc);
 	l->too_long = 0;
 	l->terminated = 0;
 	l->line_off = l->pos;
@@ -97,7 +97,7 @@ static int lines_next(struct rd_lines *l, const char **line, size_t *len)
 			*len = n;
 		} else {
 			keep(l, l->buf + l->start, n);
-			*line = l->acc.p ? l->acc.p : "";
+			*line = l->acc.data ? l->acc.data : "";
 			*len = l->too_long ? 0 : l->acc.len;
 		}
 		consume(l, n + 1);
@@ -115,7 +115,7 @@ static int lines_next(struct rd_lines *l, const char **line, size_t *len)
 	}
 	if (!seen && l->acc.len == 0 && !l->too_long)
 		return 0;
-	*line = l->acc.p ? l->acc.p : "";
+	*line = l->acc.data ? l->acc.data : "";
 	*len = l->too_long ? 0 : l->acc.len;
 	l->lineno++;
 	return 1;
@@ -137,7 +137,7 @@ void rd_trace_init(struct rd_trace *t, FILE *f, const char *path)
 	t->path = path;
 	t->lines.f = f;
 	t->lines.cap = rd_read_chunk ? rd_read_chunk : 1;
-	t->lines.buf = rd_xmalloc(t->lines.cap);
+	t->lines.buf = xmalloc(t->lines.cap);
 	t->lines.max_line = RD_LINE_MAX;
 }
 
@@ -160,7 +160,7 @@ static void report_unnamed(struct rd_trace *t)
 	if (!t->unnamed)
 		return;
 	if (!t->quiet)
-		rd_warn("%s: and %lld more corrupt line%s (lines %lld to %lld); skipped them and "
+		warnx_("%s: and %lld more corrupt line%s (lines %lld to %lld); skipped them and "
 			"read the rest", t->path, t->unnamed, t->unnamed == 1 ? "" : "s",
 			t->unnamed_first, t->unnamed_last);
 	t->unnamed = 0;
@@ -173,12 +173,12 @@ static void report_pending(struct rd_trace *t, int at_end)
 	if (at_end && t->pending_cut) {
 		report_unnamed(t);
 		if (!t->quiet)
-			rd_warn("%s:%lld: the last line is incomplete, cut off mid-write (%s); "
+			warnx_("%s:%lld: the last line is incomplete, cut off mid-write (%s); "
 				"skipped it and read the rest", t->path, t->pending, t->pending_why);
 	} else if (t->named < RD_WARN_NAMED) {
 		t->named++;
 		if (!t->quiet)
-			rd_warn("%s:%lld: corrupt line (%s); skipped it and read the rest",
+			warnx_("%s:%lld: corrupt line (%s); skipped it and read the rest",
 				t->path, t->pending, t->pending_why);
 	} else {
 		if (!t->unnamed)
@@ -361,7 +361,7 @@ int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 	report_pending(t, 1);
 	report_unnamed(t);
 	if (t->lines.error) {
-		rd_warn("%s: read error after line %lld: %s", t->path, t->lines.lineno,
+		warnx_("%s: read error after line %lld: %s", t->path, t->lines.lineno,
 			strerror(errno ? errno : EIO));
 		return -1;
 	}
@@ -371,7 +371,7 @@ int rd_trace_next(struct rd_trace *t, struct rd_event *ev)
 int rd_trace_rewind(struct rd_trace *t)
 {
 	if (fseeko(t->lines.f, 0, SEEK_SET) != 0) {
-		rd_warn("%s: cannot read the trace a second time (%s); give a regular file",
+		warnx_("%s: cannot read the trace a second time (%s); give a regular file",
 			t->path, strerror(errno));
 		return -1;
 	}
@@ -388,7 +388,7 @@ cJSON *rd_trace_at(struct rd_trace *t, uint64_t off, size_t len)
 {
 	FILE *f = t->lines.f;
 	off_t here = ftello(f);
-	char *text = rd_xmalloc(len + 1);
+	char *text = xmalloc(len + 1);
 	cJSON *ev = NULL;
 
 	if (here >= 0 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(text, 1, len, f) == len)
@@ -402,7 +402,7 @@ cJSON *rd_trace_at(struct rd_trace *t, uint64_t off, size_t len)
 void rd_trace_free(struct rd_trace *t)
 {
 	free(t->lines.buf);
-	rd_buf_free(&t->lines.acc);
+	buf_free(&t->lines.acc);
 	rd_json_free(&t->json);
 	t->lines.buf = NULL;
 }
@@ -412,13 +412,13 @@ void rd_trace_free(struct rd_trace *t)
 static char *path_join(const char *a, const char *b)
 {
 	size_t n = strlen(a);
-	struct rd_buf out = { 0 };
+	struct buf out = { 0 };
 
-	rd_buf_puts(&out, a);
+	buf_puts(&out, a);
 	if (n && a[n - 1] != '/')
-		rd_buf_putc(&out, '/');
-	rd_buf_puts(&out, b);
-	return out.p;
+		buf_putc(&out, '/');
+	buf_puts(&out, b);
+	return out.data;
 }
 
 static int ends_with(const char *s, const char *tail)
@@ -453,9 +453,9 @@ static char *first_trace(const char *run)
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;
-			names = rd_xrealloc(names, cap * sizeof(*names));
+			names = xrealloc(names, cap * sizeof(*names));
 		}
-		names[n++] = rd_xstrndup(e->d_name, strlen(e->d_name));
+		names[n++] = xstrndup(e->d_name, strlen(e->d_name));
 	}
 	if (d)
 		closedir(d);
@@ -473,7 +473,7 @@ static char *first_trace(const char *run)
 char *rd_resolve_trace(const char *given, char **err)
 {
 	struct stat st;
-	struct rd_buf msg = { 0 };
+	struct buf msg = { 0 };
 	char *path;
 
 	*err = NULL;
@@ -483,19 +483,19 @@ char *rd_resolve_trace(const char *given, char **err)
 			return path;
 		char *dir = path_join(given, "debug");
 
-		rd_buf_printf(&msg, "no trace under %s. A run only writes one when it was "
+		buf_printf(&msg, "no trace under %s. A run only writes one when it was "
 			      "given --debug; a run that died before its directory existed "
 			      "has none at all.", dir);
 		free(dir);
-		*err = msg.p;
+		*err = msg.data;
 		return NULL;
 	}
 	if (stat(given, &st) != 0) {
-		rd_buf_printf(&msg, "no trace at %s", given);
-		*err = msg.p;
+		buf_printf(&msg, "no trace at %s", given);
+		*err = msg.data;
 		return NULL;
 	}
-	return rd_xstrndup(given, strlen(given));
+	return xstrndup(given, strlen(given));
 }
 
 FILE *rd_open_trace(const char *file)
@@ -504,12 +504,12 @@ FILE *rd_open_trace(const char *file)
 	FILE *f;
 
 	if (stat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
-		rd_warn("%s is a directory, not a trace file; give the .jsonl file or the run "
+		warnx_("%s is a directory, not a trace file; give the .jsonl file or the run "
 			"directory above debug/", file);
 		return NULL;
 	}
 	f = fopen(file, "r");
 	if (!f)
-		rd_warn("cannot open %s: %s", file, strerror(errno));
+		warnx_("cannot open %s: %s", file, strerror(errno));
 	return f;
 }

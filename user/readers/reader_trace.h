@@ -14,10 +14,13 @@
 #include <stdio.h>
 
 #include "reader_json.h"
-#include "reader_util.h"
+#include "util.h"
 
 /* Bytes read at a time (1 MiB); fuzzers make it small to split lines across reads. */
 extern size_t rd_read_chunk;
+/* The fuzzers' switch that silences diagnostics, by the name they set it by (util.h's
+ * warn_silent). */
+#define rd_warn_silent warn_silent
 
 /* Corrupt lines named one by one on stderr; the rest are counted in one line. */
 #define RD_WARN_NAMED 5
@@ -31,7 +34,7 @@ struct rd_lines {
 	size_t start;
 	size_t end;
 	size_t cap;
-	struct rd_buf acc;      /* a line that spans reads */
+	struct buf acc;      /* a line that spans reads */
 	uint64_t pos;           /* file offset of buf[start] */
 	long long lineno;       /* number of the line last returned */
 	uint64_t line_off;      /* its offset and whether it ended with a newline */

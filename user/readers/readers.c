@@ -181,7 +181,7 @@ static int run(const struct opts *o, FILE *in, const char *file)
 	if (!o->module || !*o->module)
 		return rd_show(in, file, o->forward, o->module, NULL, stdout);
 	if (!(re = pyre_compile(o->module, why, sizeof(why)))) {
-		rd_warn("--module %s", why);
+		warnx_("--module %s", why);
 		return EXIT_USAGE;
 	}
 	rc = rd_show(in, file, o->forward, o->module, re, stdout);
@@ -225,7 +225,7 @@ int readers_main(int argc, char **argv)
 	}
 	rc = run(&o, in, file);
 	if (fflush(stdout) != 0 && rc == 0) {
-		rd_warn("writing the output failed: %s", strerror(errno));
+		warnx_("writing the output failed: %s", strerror(errno));
 		rc = 1;
 	}
 	fclose(in);

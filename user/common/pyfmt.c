@@ -219,7 +219,7 @@ size_t pyfmt_float_fmt(char *buf, size_t n, double v, char type, int prec)
 
 /* ---- UTF-8 ---- */
 
-size_t pyfmt_utf8_decode(const char *s, size_t len, uint32_t *cp)
+size_t pyfmt_utf8_next(const char *s, size_t len, uint32_t *cp, int pass_surrogates)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t need;
@@ -245,13 +245,18 @@ size_t pyfmt_utf8_decode(const char *s, size_t len, uint32_t *cp)
 			goto invalid;
 		v = (v << 6) | (u[i] & 0x3f);
 	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+	if (v < min || v > 0x10ffff || (!pass_surrogates && v >= 0xd800 && v <= 0xdfff))
 		goto invalid;
 	*cp = v;
 	return need;
 invalid:
 	*cp = 0xdc00 + u[0];
 	return 1;
+}
+
+size_t pyfmt_utf8_decode(const char *s, size_t len, uint32_t *cp)
+{
+	return pyfmt_utf8_next(s, len, cp, 0);
 }
 
 size_t pyfmt_utf8_len(const char *s, size_t len)
@@ -447,7 +452,7 @@ size_t pyfmt_first_line(const char *s, size_t len)
 	return i;
 }
 
-/* ---- repr(str) and json.dumps(str) ---- */
+/* ---- repr(str) ---- */
 
 static void repr_char(struct out *o, uint32_t cp, char quote, const char *raw, size_t rawlen)
 {
@@ -489,42 +494,5 @@ size_t pyfmt_str_repr(char *buf, size_t n, const char *s, size_t len)
 		i += step;
 	}
 	out_byte(&o, quote);
-	return out_end(&o);
-}
-
-static void json_char(struct out *o, uint32_t cp)
-{
-	switch (cp) {
-	case '"': out_str(o, "\\\""); return;
-	case '\\': out_str(o, "\\\\"); return;
-	case '\n': out_str(o, "\\n"); return;
-	case '\r': out_str(o, "\\r"); return;
-	case '\t': out_str(o, "\\t"); return;
-	case '\b': out_str(o, "\\b"); return;
-	case '\f': out_str(o, "\\f"); return;
-	}
-	if (cp >= 0x20 && cp < 0x7f) {
-		out_byte(o, (char)cp);
-	} else if (cp <= 0xffff) {
-		out_hex(o, "\\u", cp, 4);
-	} else {
-		cp -= 0x10000;
-		out_hex(o, "\\u", 0xd800 | (cp >> 10), 4);
-		out_hex(o, "\\u", 0xdc00 | (cp & 0x3ff), 4);
-	}
-}
-
-size_t pyfmt_json_str(char *buf, size_t n, const char *s, size_t len)
-{
-	struct out o = { buf, n, 0 };
-
-	out_byte(&o, '"');
-	for (size_t i = 0; i < len;) {
-		uint32_t cp;
-
-		i += pyfmt_utf8_decode(s + i, len - i, &cp);
-		json_char(&o, cp);
-	}
-	out_byte(&o, '"');
 	return out_end(&o);
 }

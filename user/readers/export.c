@@ -11,6 +11,7 @@
 
 #include "reader_format.h"
 #include "reader_json.h"
+#include "jsonw.h"
 #include "reader_trace.h"
 #include "util.h"
 
@@ -94,35 +95,9 @@ int rd_export_format_of(const char *name, enum rd_export_format *fmt)
 
 /* ---- JSON text ---- */
 
-static void jstr(struct buf *b, const char *s, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	buf_putc(b, '"');
-	for (size_t k = 0; k < n; k++) {
-		unsigned char c = (unsigned char)s[k];
-
-		if (c == '"' || c == '\\') {
-			buf_putc(b, '\\');
-			buf_putc(b, (char)c);
-		} else if (c == '\n') {
-			buf_puts(b, "\\n");
-		} else if (c == '\t') {
-			buf_puts(b, "\\t");
-		} else if (c < 0x20 || c == 0x7f) {
-			char u[7] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0 };
-
-			buf_puts(b, u);
-		} else {
-			buf_putc(b, (char)c);
-		}
-	}
-	buf_putc(b, '"');
-}
-
 static void jcstr(struct buf *b, const char *s)
 {
-	jstr(b, s, strlen(s));
+	jw_str_utf8(b, s, strlen(s));
 }
 
 /* str(v) as a JSON string: a module or class that is not a string still gets a name. */
@@ -135,7 +110,7 @@ static void jpystr(struct buf *b, const cJSON *v)
 		return;
 	}
 	pyv_str(&s, v);
-	jstr(b, s.data ? s.data : "", s.len);
+	jw_str_utf8(b, s.data ? s.data : "", s.len);
 	buf_free(&s);
 }
 
@@ -146,7 +121,7 @@ static void jprefixed(struct buf *b, const char *prefix, const cJSON *v)
 
 	buf_puts(&s, prefix);
 	pyv_str(&s, v);
-	jstr(b, s.data, s.len);
+	jw_str_utf8(b, s.data, s.len);
 	buf_free(&s);
 }
 
@@ -284,7 +259,7 @@ static void jdesc(struct buf *b, const char *k, struct rd_event *e, int inputs)
 			desc_text(&s, out, 0);
 	}
 	key(b, k);
-	jstr(b, s.data ? s.data : "", s.len);
+	jw_str_utf8(b, s.data ? s.data : "", s.len);
 	buf_free(&s);
 }
 
@@ -463,7 +438,7 @@ static size_t frame_of(struct exporter *x, const cJSON *module, const cJSON *typ
 		buf_puts(&m, " (");
 		buf_put(&m, c.data ? c.data : "", c.len);
 		buf_putc(&m, ')');
-		jstr(&x->frames_json, m.data, m.len);
+		jw_str_utf8(&x->frames_json, m.data, m.len);
 		buf_putc(&x->frames_json, '}');
 	}
 	buf_free(&m);
@@ -860,7 +835,7 @@ static void on_error(struct exporter *x, struct rd_event *e)
 	if (pyv_kind(tb) == PYV_LIST) {
 		cJSON_ArrayForEach(it, tb)
 			pyv_str(&text, it);
-		jstr(b, text.data ? text.data : "", text.len);
+		jw_str_utf8(b, text.data ? text.data : "", text.len);
 	} else {
 		jval(b, tb);
 	}

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonw.h"
 #include "pyfmt.h"
 
 struct rd_numtok {
@@ -704,17 +705,6 @@ void pyv_format_float(struct buf *b, const cJSON *v, char type, int prec)
 	buf_puts(b, text);
 }
 
-static void json_str(struct buf *b, const char *s)
-{
-	size_t len = strlen(s);
-	size_t need = pyfmt_json_str(NULL, 0, s, len);
-	char *text = xmalloc(need + 1);
-
-	pyfmt_json_str(text, need + 1, s, len);
-	buf_put(b, text, need);
-	free(text);
-}
-
 void pyv_json(struct buf *b, const cJSON *v)
 {
 	switch (pyv_kind(v)) {
@@ -730,7 +720,7 @@ void pyv_json(struct buf *b, const cJSON *v)
 		else
 			float_text(b, v->valuedouble);
 		return;
-	case PYV_STR: json_str(b, v->valuestring); return;
+	case PYV_STR: jw_cstr(b, v->valuestring); return;
 	case PYV_LIST:
 	case PYV_DICT: break;
 	}
@@ -739,7 +729,7 @@ void pyv_json(struct buf *b, const cJSON *v)
 		if (c != v->child)
 			buf_puts(b, ", ");
 		if (cJSON_IsObject(v)) {
-			json_str(b, c->string ? c->string : "");
+			jw_cstr(b, c->string ? c->string : "");
 			buf_puts(b, ": ");
 		}
 		pyv_json(b, c);

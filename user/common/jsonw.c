@@ -12,16 +12,23 @@ static void put_u16(struct buf *b, unsigned v)
 	buf_printf(b, "\\u%04x", v & 0xffff);
 }
 
-static void put_cp(struct buf *b, uint32_t c)
+/* One code point as json.dumps writes it (ensure_ascii). With `exports`, only \n and \t
+ * of the short escapes: the timeline exports spell the other control characters
+ * \u00XX. */
+static void put_cp(struct buf *b, uint32_t c, int exports)
 {
 	switch (c) {
 	case '"': buf_puts(b, "\\\""); return;
 	case '\\': buf_puts(b, "\\\\"); return;
 	case '\n': buf_puts(b, "\\n"); return;
-	case '\r': buf_puts(b, "\\r"); return;
 	case '\t': buf_puts(b, "\\t"); return;
-	case '\b': buf_puts(b, "\\b"); return;
-	case '\f': buf_puts(b, "\\f"); return;
+	}
+	if (!exports) {
+		switch (c) {
+		case '\r': buf_puts(b, "\\r"); return;
+		case '\b': buf_puts(b, "\\b"); return;
+		case '\f': buf_puts(b, "\\f"); return;
+		}
 	}
 	if (c < 0x20 || (c >= 0x7f && c < 0x10000)) {
 		put_u16(b, c);
@@ -34,52 +41,22 @@ static void put_cp(struct buf *b, uint32_t c)
 	}
 }
 
-/* Decode one UTF-8 sequence; returns bytes used, *cp = U+FFFD on error. */
-static size_t utf8_next(const unsigned char *s, size_t n, uint32_t *cp)
+/* Bytes a JSON string holds as they are: printable ASCII but the quote and backslash. */
+static size_t plain_run(const unsigned char *p, size_t n)
 {
-	unsigned c = s[0];
-	size_t need;
-	uint32_t v;
-	if (c < 0x80) {
-		*cp = c;
-		return 1;
-	} else if ((c & 0xe0) == 0xc0) {
-		need = 2;
-		v = c & 0x1f;
-	} else if ((c & 0xf0) == 0xe0) {
-		need = 3;
-		v = c & 0x0f;
-	} else if ((c & 0xf8) == 0xf0) {
-		need = 4;
-		v = c & 0x07;
-	} else {
-		*cp = 0xfffd;
-		return 1;
-	}
-	if (need > n) {
-		*cp = 0xfffd;
-		return n;
-	}
-	for (size_t i = 1; i < need; i++) {
-		if ((s[i] & 0xc0) != 0x80) {
-			*cp = 0xfffd;
-			return i;
-		}
-		v = (v << 6) | (s[i] & 0x3f);
-	}
-	*cp = v;
-	return need;
+	size_t run = 0;
+	while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+		run++;
+	return run;
 }
 
-void jw_str(struct buf *b, const char *s, size_t n)
+static void put_str(struct buf *b, const char *s, size_t n, int exports)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	buf_putc(b, '"');
 	while (n) {
 		/* a run of printable ASCII that needs no escape: at once */
-		size_t run = 0;
-		while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
-			run++;
+		size_t run = plain_run(p, n);
 		if (run) {
 			buf_put(b, (const char *)p, run);
 			p += run;
@@ -87,12 +64,28 @@ void jw_str(struct buf *b, const char *s, size_t n)
 			continue;
 		}
 		uint32_t cp;
-		size_t used = utf8_next(p, n, &cp);
-		put_cp(b, cp);
+		size_t used;
+		if (exports && *p >= 0x80) {   /* as it is */
+			buf_putc(b, (char)*p);
+			used = 1;
+		} else {
+			used = pyfmt_utf8_next((const char *)p, n, &cp, 1);
+			put_cp(b, cp, exports);
+		}
 		p += used;
 		n -= used;
 	}
 	buf_putc(b, '"');
+}
+
+void jw_str(struct buf *b, const char *s, size_t n)
+{
+	put_str(b, s, n, 0);
+}
+
+void jw_str_utf8(struct buf *b, const char *s, size_t n)
+{
+	put_str(b, s, n, 1);
 }
 
 void jw_cstr(struct buf *b, const char *s)
@@ -107,7 +100,7 @@ void jw_codepoints(struct buf *b, const uint32_t *cp, size_t n)
 {
 	buf_putc(b, '"');
 	for (size_t i = 0; i < n; i++)
-		put_cp(b, cp[i]);
+		put_cp(b, cp[i], 0);
 	buf_putc(b, '"');
 }
 

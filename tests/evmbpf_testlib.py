@@ -19,6 +19,13 @@ EVMBPF = os.environ.get("EVMBPF", os.path.join(ROOT, "build", "evmbpf"))
 # the tests' aids (tests/aids/, `make test-aids`): beside the evmbpf under test
 TEST_AIDS = os.environ.get("EVMBPF_TEST_AIDS",
                            os.path.join(os.path.dirname(EVMBPF), "evmbpf-test-aids"))
+# the CUPTI agent (--cupti): beside the evmbpf under test, where evmbpf looks for it first
+AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
+# the fuzz harnesses and the readers' sanitizer build: where `make -C tests fuzz-build`
+# puts them
+FUZZ_BUILD = os.path.join(ROOT, "build", "fuzz")
+# the slow cells, workloads and trials too (make test-matrix)
+FULL_MATRIX = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 HOST_PYTHON = "/usr/bin/python3.11"
 
 # The keys the in-process tracer and evmbpf must agree on (the issue's list).
@@ -62,6 +69,25 @@ def load(path, marks=False):
     with open(path) as handle:
         events = [json.loads(line) for line in handle if line.strip()]
     return events if marks else [e for e in events if e.get("event") != "unobservable"]
+
+
+def run_evmbpf(*args, binary=EVMBPF, env=None, timeout=120):
+    """evmbpf (or a build of its readers: binary) with these arguments, its output as text."""
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command's name (which may hold spaces and
+    parentheses): [0] the state, [2] the process group, [4] the terminal, [5] its foreground
+    group, [11] and [12] the user and system CPU ticks."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return handle.read().rsplit(")", 1)[1].split()
+
+
+def proc_state(pid):
+    """The process's state letter ("T": stopped)."""
+    return proc_stat(pid)[0]
 
 
 def run_reference(workload, out, python=HOST_PYTHON, extra=(), env=None, prefix=()):

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
-                            AttachedCmd, cell_target, compare_traces, host_target, load,
-                            torch_major, wait_for_line)
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
+                            RUN_WORKLOAD, AttachedCmd, cell_target, compare_traces, host_target,
+                            load, torch_major, wait_for_line)
 from numeric_compare import compare_numeric
 
 pytestmark = pytest.mark.root
@@ -22,7 +22,6 @@ pytestmark = pytest.mark.root
 ROOT_SHAPES = ["dunder", "kwargs", "positional", "raises", "kwcall", "lower"]
 SUB_SHAPES = ["sub", "substep", "subfirst"]
 SHAPES = ROOT_SHAPES + SUB_SHAPES
-FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 
 
 def workload(shape):
@@ -31,7 +30,7 @@ def workload(shape):
 
 def full(*values, default=()):
     """The cells of the default run, then the rest behind EVMBPF_FULL_MATRIX=1."""
-    skip = pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1")
+    skip = pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1")
     return [v if v in default else
             pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=skip) for v in values]
 
@@ -223,7 +222,7 @@ def test_leaf_said(evmbpf, where, tmp_path):
 
 
 CHROOT_CELLS = [("trixie", "kwcall"), ("trixie", "sub")] + [
-    pytest.param(c, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
+    pytest.param(c, s, marks=pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1"))
     for c in ("trixie", "sid") for s in SHAPES if (c, s) not in (("trixie", "kwcall"),
                                                                  ("trixie", "sub"))]
 
@@ -252,7 +251,7 @@ def test_bullseye_launch(evmbpf, shape, tmp_path):
 
 
 GENERATE_CELLS = [("launch", "hf_llama_generate")] + [
-    pytest.param(m, w, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
+    pytest.param(m, w, marks=pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1"))
     for m, w in (("pid", "hf_llama_generate"), ("launch", "hf_gpt2_generate"),
                  ("pid", "hf_gpt2_generate"))]
 
@@ -272,7 +271,7 @@ def test_sid_generate(evmbpf, mode, name, tmp_path):
 PYENV_DEFAULT = (("3.10", "lower"), ("3.12", "positional"), ("3.9", "sub"),
                  ("3.12", "subfirst"), ("3.10", "subfirst"))
 PYENV_CELLS = list(PYENV_DEFAULT) + [
-    pytest.param(v, s, marks=pytest.mark.skipif(not FULL, reason="EVMBPF_FULL_MATRIX=1"))
+    pytest.param(v, s, marks=pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1"))
     for v in ("3.9", "3.10", "3.12", "3.13") for s in SHAPES
     if (v, s) not in PYENV_DEFAULT]
 

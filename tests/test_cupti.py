@@ -16,13 +16,12 @@ import sys
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, ROOT, TEST_AIDS, compare_traces,
-                            load, run_launch, without_machine_notes)
+from evmbpf_testlib import (AGENT, EVMBPF, FULL_MATRIX, OWN_WORKLOADS, REFERENCE, ROOT, TEST_AIDS,
+                            compare_traces, load, proc_state, run_launch, without_machine_notes)
 
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
 
-AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
 PTX = os.path.join(os.path.dirname(EVMBPF), "agent", "stats_kernels.ptx")
 PTXAS = "/usr/local/cuda/bin/ptxas"
 INJECT = os.path.join(OWN_WORKLOADS, "cupti_inject.py")
@@ -95,6 +94,7 @@ def test_cupti_with_pid_is_refused_in_one_line():
 
 # ---- launched CPU jobs ----
 
+@pytest.mark.root
 @need_agent
 def test_cpu_job_with_cupti_is_traced_as_without_it(tmp_path, plain_runs):
     plain, with_cupti = plain_runs["inject"], str(tmp_path / "cupti.jsonl")
@@ -107,6 +107,7 @@ def test_cpu_job_with_cupti_is_traced_as_without_it(tmp_path, plain_runs):
     assert "cupti" not in load(with_cupti)[0]["tracer"]   # no agent ran: no libcupti to name
 
 
+@pytest.mark.root
 @need_agent
 @pytest.mark.parametrize("lib", ["missing", "real"])
 def test_agent_in_a_real_process_gives_up_and_the_job_runs_on(tmp_path, lib, plain_runs):
@@ -127,6 +128,7 @@ def test_agent_in_a_real_process_gives_up_and_the_job_runs_on(tmp_path, lib, pla
     assert ("no libcupti" if lib == "missing" else "cuptiSubscribe") in warnings[0]
 
 
+@pytest.mark.root
 @need_agent
 def test_another_injection_is_left_alone(tmp_path, plain_runs):
     env = dict(os.environ, CUDA_INJECTION64_PATH="/opt/other/libinject.so")
@@ -240,6 +242,7 @@ def test_replay_rejects_a_bad_line():
 
 # ---- the trace extension and the readers ----
 
+@pytest.mark.root
 def test_reference_reader_reads_a_trace_with_gpu_events(tmp_path, plain_runs):
     """A real trace, its module calls replayed with one kernel launched in each, and the
     gpu events appended as the collector writes them."""
@@ -697,6 +700,7 @@ def test_which_libcupti_the_agent_opens(stand_in, wheels, preload, want, how):
 STANDIN_GPU = os.path.join(OWN_WORKLOADS, "cupti_standin.py")
 
 
+@pytest.mark.root
 @need_agent
 @pytest.mark.parametrize("major", [12, 13])
 def test_trace_header_names_the_libcupti_the_agent_took(tmp_path, stand_in, majors, major):
@@ -731,6 +735,7 @@ def numeric_run(tmp_path_factory):
     return path
 
 
+@pytest.mark.root
 @need_agent
 def test_cpu_job_with_cupti_numeric_is_traced_as_numeric_alone(tmp_path, numeric_run):
     plain, with_cupti = numeric_run, str(tmp_path / "cupti.jsonl")
@@ -746,6 +751,7 @@ def test_cpu_job_with_cupti_numeric_is_traced_as_numeric_alone(tmp_path, numeric
 FAKE_CUDA = os.path.join(OWN_WORKLOADS, "cupti_fake_cuda.py")
 
 
+@pytest.mark.root
 @need_agent
 def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand_in):
     """A real Python (torch 1.13), real probes, the real hold: tensors whose device bytes
@@ -794,8 +800,9 @@ def test_numeric_cupti_end_to_end_with_tensors_that_read_as_cuda(tmp_path, stand
         assert sum(1 for line in handle if line.startswith("evm_k_finish")) >= 16
 
 
+@pytest.mark.root
 @need_agent
-@pytest.mark.skipif(os.environ.get("EVMBPF_FULL_MATRIX") != "1", reason="slow: EVMBPF_FULL_MATRIX=1 runs it")
+@pytest.mark.skipif(not FULL_MATRIX, reason="slow: EVMBPF_FULL_MATRIX=1 runs it")
 def test_stop_on_nonfinite_cupti_end_to_end(tmp_path, stand_in):
     """--stop-on-nonfinite with a tensor that reads as cuda:0 and holds a NaN: the exit's
     stats are waited for while the thread is held, the trace ends with NonFiniteOutput at
@@ -814,8 +821,7 @@ def test_stop_on_nonfinite_cupti_end_to_end(tmp_path, stand_in):
         if "kill -CONT" in line:
             break
     pid = int(said.rsplit("kill -CONT ", 1)[1].split()[0])
-    with open("/proc/%d/stat" % pid) as handle:
-        assert handle.read().rsplit(")", 1)[1].split()[0] == "T"
+    assert proc_state(pid) == "T"
     events = load(path)
     error = [e for e in events if e["event"] == "error"]
     os.kill(pid, signal.SIGCONT)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import EVMBPF, HOST_PYTHON, debug_registers, load
+from evmbpf_testlib import AGENT, EVMBPF, FULL_MATRIX, HOST_PYTHON, debug_registers, load
 from test_dump import MIDFORWARD, host_target, paused
 
 pytestmark = pytest.mark.root
@@ -117,7 +117,7 @@ def test_doctor_without_capabilities(evmbpf):
 
 # the set the README documents; the other (the tracer attaches: slow) with EVMBPF_FULL_MATRIX=1
 CAP_SETS = [["bpf", "perfmon", "sys_ptrace"]] + (
-    [["sys_admin", "sys_ptrace"]] if os.environ.get("EVMBPF_FULL_MATRIX") else [])
+    [["sys_admin", "sys_ptrace"]] if FULL_MATRIX else [])
 
 
 @pytest.mark.parametrize("caps", CAP_SETS, ids=["+".join(c) for c in CAP_SETS])
@@ -154,9 +154,6 @@ def test_doctor_agrees_with_the_tracer(evmbpf, caps):
         assert c["uprobe events"][0] == "✗", r.stdout
         assert "allows uprobes only with CAP_SYS_ADMIN" in c["uprobe events"][1]
         assert "allows uprobes only with CAP_SYS_ADMIN" in first, first
-
-
-AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
 
 
 def _agent_glibc():

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, MatrixTarget,
-                            load, perf_links, probes_left)
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD,
+                            MatrixTarget, load, perf_links, probes_left, proc_stat, proc_state)
 from test_frames import python_under, target_of
 
 pytestmark = pytest.mark.root
@@ -75,11 +75,6 @@ def dump_json(pid):
     return json.loads(r.stdout)
 
 
-def state(pid):
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
-
-
 def reference_enters(target, workload, tmp_path, extra=()):
     """(module, type, depth, phase, args, kwargs) of the reference's first forward."""
     ref = str(tmp_path / "ref.jsonl")
@@ -111,7 +106,7 @@ def test_dump_host_mid_forward(evmbpf, tmp_path):
         text = dump(pid)
         assert perf_links(pid) == []
         assert probes_left() == before
-        assert state(pid) != "T", "dump left the target stopped"
+        assert proc_state(pid) != "T", "dump left the target stopped"
     assert doc["pid"] == pid and doc["python"].startswith("3.11.")
     assert doc["read"] == "stopped" and doc["consistent"] is True
     (thread,) = doc["threads"]
@@ -163,12 +158,12 @@ def test_dump_leaves_a_stopped_target_stopped(evmbpf, tmp_path):
         os.kill(pid, signal.SIGSTOP)
         try:
             deadline = time.monotonic() + 10
-            while state(pid) != "T":
+            while proc_state(pid) != "T":
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             doc = dump_json(pid)
             time.sleep(0.2)
-            assert state(pid) == "T", "dump continued a target its user had stopped"
+            assert proc_state(pid) == "T", "dump continued a target its user had stopped"
         finally:
             os.kill(pid, signal.SIGCONT)
     assert doc["read"] == "already-stopped" and doc["held_ms"] == 0
@@ -187,8 +182,7 @@ def test_dump_reads_a_foreground_job_running(evmbpf, tmp_path):
     target.cmd = in_terminal
     try:
         with paused(target, MIDFORWARD, tmp_path) as pid:
-            with open(f"/proc/{pid}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+            fields = proc_stat(pid)
             assert fields[2] == fields[5] and fields[4] != "0"  # pgrp == tpgid, a tty
             doc = dump_json(pid)
     finally:
@@ -202,10 +196,9 @@ def test_dump_reads_a_foreground_job_running(evmbpf, tmp_path):
     assert thread["frame"]["line"] in PAUSE_LINES
 
 
-FULL = bool(os.environ.get("EVMBPF_FULL_MATRIX"))
 # sid (3.14 + torch 2.14) with EVMBPF_FULL_MATRIX=1: its torch takes long to import
 CELLS = [("pyenv", "3.9"), ("pyenv", "3.10"), ("pyenv", "3.12"), ("pyenv", "3.13"),
-         ("chroot", "trixie")] + ([("chroot", "sid")] if FULL else [])
+         ("chroot", "trixie")] + ([("chroot", "sid")] if FULL_MATRIX else [])
 
 
 @pytest.mark.parametrize("kind,name", CELLS, ids=[f"{k}-{n}" for k, n in CELLS])
@@ -257,7 +250,7 @@ def test_dump_errors(evmbpf, tmp_path):
         sleeper.kill()
 
 
-@pytest.mark.skipif(not (FULL or os.environ.get("EVMBPF_DUMP_TIMING")),
+@pytest.mark.skipif(not (FULL_MATRIX or os.environ.get("EVMBPF_DUMP_TIMING")),
                     reason="slow: EVMBPF_DUMP_TIMING=1 or EVMBPF_FULL_MATRIX=1")
 def test_dump_time_on_a_32_layer_llama(evmbpf, tmp_path):
     """The time dump takes on a 32-layer HF Llama (sid: CPython 3.14, torch 2.14,

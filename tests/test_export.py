@@ -27,10 +27,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REF_WORKLOADS, Attached, load,
-                            peak_rss_kb, run_launch, run_reference, torch_major)
-
-pytestmark = pytest.mark.root
+from evmbpf_testlib import (EVMBPF, FUZZ_BUILD, OWN_WORKLOADS, REF_WORKLOADS, Attached, load,
+                            peak_rss_kb, run_evmbpf, run_launch, run_reference, torch_major)
 
 FAULT_MODEL = os.path.join(OWN_WORKLOADS, "fault_model.py")
 THREADS = os.path.join(OWN_WORKLOADS, "fault_threads.py")
@@ -47,8 +45,7 @@ def export(trace, fmt, *extra):
     out = f"{trace}.{fmt}.json"
     if os.path.exists(out):
         os.unlink(out)
-    r = subprocess.run([EVMBPF, "export", trace, "--format", fmt, "-o", out, *extra],
-                       capture_output=True, text=True, timeout=120)
+    r = run_evmbpf("export", trace, "--format", fmt, "-o", out, *extra)
     assert r.returncode == 0, r.stderr
     with open(out) as handle:
         return r, json.load(handle)
@@ -66,6 +63,8 @@ def read_cut(path):
 
 @pytest.fixture(scope="module")
 def traces(evmbpf, tmp_path_factory):
+    """Traces the tracer writes (root: each test that takes them is marked so; export
+    itself only reads a file, and the tests without them run as any user)."""
     d = tmp_path_factory.mktemp("export")
     made = {}
     for name, workload in (("tiny", TINY), ("raises", RAISES)):
@@ -303,6 +302,7 @@ def instants(doc, cat):
 
 # ---------------------------------------------------------------- chrome
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", ["tiny", "raises", "threads"])
 def test_chrome_export_of_a_real_trace(traces, name):
     events = load(traces[name])
@@ -331,6 +331,7 @@ def test_chrome_export_of_a_real_trace(traces, name):
     assert "unfinished" not in r.stderr
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", ["tiny", "raises"])
 def test_chrome_export_matches_the_reference_tracers_trace(traces, name):
     """The in-process tracer's trace of the same work (no timestamps: one event a
@@ -351,6 +352,7 @@ def test_chrome_export_matches_the_reference_tracers_trace(traces, name):
         assert (a["name"], a["args"]) == (b["name"], b["args"])
 
 
+@pytest.mark.root
 def test_tail_trace_calls_entered_before_it(traces):
     """A --tail trace starts inside calls: their exits become complete (X) slices from
     the last event that cannot have been inside them."""
@@ -396,6 +398,7 @@ def check_unfinished(doc, events):
     return open_now
 
 
+@pytest.mark.root
 def test_cut_trace_modules_left_open_end_marked(traces, tmp_path):
     """The tiny trace cut mid-line inside a forward, as a killed tracer leaves it."""
     cut = str(tmp_path / "cut.jsonl")
@@ -414,6 +417,7 @@ def test_cut_trace_modules_left_open_end_marked(traces, tmp_path):
             assert seen[-1][2] == doc["profiles"][0]["endValue"]
 
 
+@pytest.mark.root
 def test_tracer_killed_mid_write(traces):
     events, cut = read_cut(traces["tracer-killed"])
     assert not [e for e in events if e["event"] in ("error", "unwound")]
@@ -448,6 +452,7 @@ def test_mem_counters_and_dropped(tmp_path):
 
 # ---------------------------------------------------------------- speedscope
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", ["tiny", "threads"])
 def test_speedscope_export_of_a_real_trace(traces, name):
     events = load(traces[name])
@@ -572,6 +577,7 @@ def browser(tmp_path_factory):
     server.shutdown()
 
 
+@pytest.mark.root
 def test_speedscope_renders_the_modules_in_chromium(traces, browser, tmp_path):
     events = load(traces["tiny"])
     _, doc = export(traces["tiny"], "speedscope")
@@ -600,6 +606,7 @@ def test_speedscope_renders_the_modules_in_chromium(traces, browser, tmp_path):
     print(f"\nspeedscope screenshot: {shot} ({drawn[1]})")
 
 
+@pytest.mark.root
 def test_speedscope_threads_in_chromium(traces, browser):
     """The four-thread SIGKILL trace: one profile a thread, the first one shown."""
     _, doc = export(traces["threads"], "speedscope")
@@ -612,62 +619,59 @@ def test_speedscope_threads_in_chromium(traces, browser):
 
 # ---------------------------------------------------------------- bad input, output files
 
-def run_export(*args, **kw):
-    return subprocess.run([EVMBPF, "export", *args], capture_output=True, text=True,
-                          timeout=60, **kw)
-
-
+@pytest.mark.root
 def test_output_file_rules(traces, tmp_path):
     trace = traces["tiny"]
     out = tmp_path / "t.json"
-    r = run_export(trace, "-o", str(out))
+    r = run_evmbpf("export", trace, "-o", str(out))
     assert r.returncode == 0 and oct(out.stat().st_mode & 0o777) == "0o600"
     json.loads(out.read_text())
     out.write_text("keep me")
-    r = run_export(trace, "-o", str(out))
+    r = run_evmbpf("export", trace, "-o", str(out))
     assert r.returncode == 1 and "exists" in r.stderr and "--force" in r.stderr
     assert out.read_text() == "keep me"
-    r = run_export(trace, "-o", str(out), "--force", "--format", "speedscope")
+    r = run_evmbpf("export", trace, "-o", str(out), "--force", "--format", "speedscope")
     assert r.returncode == 0 and json.loads(out.read_text())["profiles"]
     link = tmp_path / "link.json"
     link.symlink_to(tmp_path / "elsewhere.json")
-    r = run_export(trace, "-o", str(link), "--force")
+    r = run_evmbpf("export", trace, "-o", str(link), "--force")
     assert r.returncode == 1 and "symbolic link" in r.stderr
     assert not (tmp_path / "elsewhere.json").exists()
     copy = tmp_path / "copy.jsonl"
     shutil.copy(trace, copy)
-    r = run_export(str(copy), "-o", str(copy), "--force")
+    r = run_evmbpf("export", str(copy), "-o", str(copy), "--force")
     assert r.returncode == 1 and "the trace itself" in r.stderr
     assert copy.read_bytes() == open(trace, "rb").read()
     # stdout: when it is not a terminal, and "-o -"
-    r = run_export(trace)
+    r = run_evmbpf("export", trace)
     assert r.returncode == 0 and json.loads(r.stdout)["traceEvents"]
-    r = run_export(trace, "-o", "-", "--format", "speedscope")
+    r = run_evmbpf("export", trace, "-o", "-", "--format", "speedscope")
     assert r.returncode == 0 and json.loads(r.stdout)["profiles"]
 
 
 def test_bad_input(tmp_path):
-    r = run_export(str(tmp_path / "nope.jsonl"))
+    r = run_evmbpf("export", str(tmp_path / "nope.jsonl"))
     assert r.returncode == 1 and r.stderr.strip() == f"no trace at {tmp_path / 'nope.jsonl'}"
     junk = tmp_path / "junk.jsonl"
     junk.write_text("not json\n[1]\n")
     out = tmp_path / "junk.json"
-    r = run_export(str(junk), "-o", str(out))
+    r = run_evmbpf("export", str(junk), "-o", str(out))
     assert r.returncode == 1 and "no usable event" in r.stderr and "nothing to export" in r.stderr
     assert not out.exists(), "a failed export left its file"
     for args in (["--format", "svg"], ["--bogus"], ["--format"], ["-o", ""]):
-        r = run_export(str(junk), *args)
+        r = run_evmbpf("export", str(junk), *args)
         assert r.returncode == 2 and "USAGE" in r.stderr, args
     r = subprocess.run([EVMBPF, "export"], capture_output=True, text=True)
     assert r.returncode == 2 and "export needs a TRACE" in r.stderr
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     for fmt in ("chrome", "speedscope"):
-        r = run_export(str(empty), "--format", fmt)
+        r = run_evmbpf("export", str(empty), "--format", fmt)
         assert r.returncode == 0 and "empty trace" in r.stderr
         json.loads(r.stdout)
 
 
+@pytest.mark.root
 def test_stdout_terminal_is_refused(traces):
     """JSON is not for a terminal: without -o, a tty on stdout is refused (script(1)
     gives the command one)."""
@@ -724,7 +728,7 @@ def test_memory_does_not_grow_with_the_trace(tmp_path):
 
 # ---------------------------------------------------------------- damaged traces
 
-ASAN_BIN = os.path.join(os.path.dirname(EVMBPF), "fuzz", "readers_asan")
+ASAN_BIN = os.path.join(FUZZ_BUILD, "readers_asan")
 
 
 def mutants(rng, lines, count):
@@ -755,6 +759,7 @@ def mutants(rng, lines, count):
         yield "".join(out)
 
 
+@pytest.mark.root
 def test_damaged_traces_export_valid_files(traces, tmp_path):
     """Whatever a damaged trace holds, the export is valid JSON that keeps the formats'
     rules (with the sanitizer build when there is one: no crash, no leak)."""

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached,
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached, proc_state,
                             wait_for_line)
 from faults_lib import (open_stack, read_jsonl)
 
@@ -98,11 +98,8 @@ def test_stopped_target_stays_stopped(evmbpf, tmp_path):
     time.sleep(0.3)
     os.kill(target.pid, signal.SIGSTOP)
 
-    def state():
-        with open(f"/proc/{target.pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0]
     deadline = time.monotonic() + 10
-    while state() != "T":
+    while proc_state(target.pid) != "T":
         assert time.monotonic() < deadline
         time.sleep(0.01)
     out = str(tmp_path / "t.jsonl")
@@ -110,7 +107,7 @@ def test_stopped_target_stays_stopped(evmbpf, tmp_path):
                               stderr=subprocess.PIPE, text=True)
     wait_for_line(tracer.stderr, "attached to", 60)
     time.sleep(0.5)
-    assert state() == "T", "evmbpf continued a process its user had stopped"
+    assert proc_state(target.pid) == "T", "evmbpf continued a process its user had stopped"
     os.kill(target.pid, signal.SIGCONT)
     assert target.wait(timeout=30) == 0
     assert tracer.wait(timeout=30) == 0, tracer.stderr.read()

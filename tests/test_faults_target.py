@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, RUN_WORKLOAD)
+from evmbpf_testlib import EVMBPF, FULL_MATRIX, HOST_PYTHON, REF_WORKLOADS, RUN_WORKLOAD, proc_stat
 from faults_lib import (FAULT_MODEL, FULL_FORWARDS, ROWS, check_killed_trace, read_jsonl,
                         Tracer)
 
@@ -24,8 +24,7 @@ pytestmark = pytest.mark.root
 def cpu_ticks_since(pid, start):
     """The process's CPU seconds (user + system) since `start` (None: since it began)."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
+        fields = proc_stat(pid)
     except OSError:
         return float("inf")  # gone: nothing to wait for
     now = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -38,7 +37,7 @@ def test_sigkill_random_points(server, full_trace, tmp_path):
     full, _ = full_trace
     seed = int(os.environ.get("EVMBPF_FAULT_SEED", time.time_ns() % 100000))
     rng = random.Random(seed)
-    full_run = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
+    full_run = FULL_MATRIX
     trials = int(os.environ.get("EVMBPF_KILL_TRIALS", "50" if full_run else "20"))
     started = time.monotonic()
     figures = []

@@ -20,10 +20,10 @@ import subprocess
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, PYENV, REF_WORKLOADS,
-                            REFERENCE, RUN_WORKLOAD, STANDIN_WORKLOAD, Attached,
-                            chroot_dir, chroot_ensure, chroot_target, compare_traces,
-                            host_shared_target, load, pyenv_python, pyenv_target)
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, PYENV, REFERENCE,
+                            REF_WORKLOADS, RUN_WORKLOAD, STANDIN_WORKLOAD, Attached, chroot_dir,
+                            chroot_ensure, chroot_target, compare_traces, host_shared_target, load,
+                            pyenv_python, pyenv_target)
 
 pytestmark = pytest.mark.root
 
@@ -41,9 +41,8 @@ def wl(name):
 
 # Per chroot: the workloads of the default run, then the slow rest, which runs only with
 # EVMBPF_FULL_MATRIX=1 (make test-matrix), so that `make test` stays short.
-FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 SLOW_MARKS = [pytest.mark.slow,
-              pytest.mark.skipif(not FULL, reason="full matrix: EVMBPF_FULL_MATRIX=1 "
+              pytest.mark.skipif(not FULL_MATRIX, reason="full matrix: EVMBPF_FULL_MATRIX=1 "
                                  "(make test-matrix)")]
 # Default cells: every chroot with tiny_transformer both ways, raises, kv_cache and phases
 # launched, and transformers' Llama launched in sid; the rest is the full matrix.
@@ -258,7 +257,7 @@ def test_pyenv_standin(evmbpf, version, tmp_path):
     script.write_text('#!/bin/sh\nexport EVMBPF_WRAPPED=1\nexec "$@"\n')
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     wrappers = [(), ("env", "EVMBPF_WRAPPED=1"), (str(script),)]
-    if version != "3.13" and not FULL:
+    if version != "3.13" and not FULL_MATRIX:
         wrappers = wrappers[:1]  # the wrappers on one version in the default run
     for wrapper in wrappers:
         out = str(tmp_path / f"launch-{len(wrapper)}.jsonl")

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached,
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached,
                             chroot_ensure, chroot_target, load, run_launch, run_reference,
                             torch_major, wait_for_line)
 from numeric_compare import compare_numeric, count_stats
@@ -26,8 +26,7 @@ VALUES_17 = os.path.join(OWN_WORKLOADS, "numeric_values_torch17.py")
 KWARGS = torch_major() >= 2
 # The cells past the first few take minutes on a loaded 2-CPU machine (a BPF load each):
 # behind the matrix's flag, like test_matrix.py's slow cells.
-FULL = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
-full = pytest.mark.skipif(not FULL, reason="slow: EVMBPF_FULL_MATRIX=1 runs it")
+full = pytest.mark.skipif(not FULL_MATRIX, reason="slow: EVMBPF_FULL_MATRIX=1 runs it")
 
 
 @pytest.fixture(scope="module")

@@ -22,22 +22,20 @@ import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.environ.get("EVMBPF", os.path.join(REPO, "build", "evmbpf"))  # as evmbpf_testlib
-ASAN_BIN = os.path.join(REPO, "build", "fuzz", "readers_asan")
-FUZZER = os.path.join(REPO, "build", "fuzz", "fuzz_readers")
-REFERENCE = os.path.join(REPO, "..", "shared", "reference")
-CORPUS = os.path.join(REPO, "tests", "readers", "corpus")
-CRASHERS = os.path.join(REPO, "tests", "fuzz", "corpus")
+from evmbpf_testlib import (EVMBPF, FUZZ_BUILD, REF_WORKLOADS, REFERENCE, ROOT, peak_rss_kb,
+                            run_evmbpf, run_launch, run_reference)
+
+ASAN_BIN = os.path.join(FUZZ_BUILD, "readers_asan")
+FUZZER = os.path.join(FUZZ_BUILD, "fuzz_readers")
+CORPUS = os.path.join(ROOT, "tests", "readers", "corpus")
+CRASHERS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 
 if not os.path.isdir(REFERENCE):
     pytest.skip(f"the reference reader is not at {REFERENCE}", allow_module_level=True)
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
-from evmbpf_testlib import peak_rss_kb  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.access(BIN, os.X_OK),
-                                reason=f"{BIN} is not built: run make")
+pytestmark = pytest.mark.usefixtures("evmbpf")   # conftest's: fails when it is not built
 
 CORPUS_TRACES = sorted(f for f in os.listdir(CORPUS) if f.endswith(".jsonl"))
 
@@ -59,11 +57,6 @@ PATTERNS = [r"layers\.0\.", "layers.1", r"attn\.[qk]$", "mlp|guard", r"^\w+$", "
 
 
 # ---- running both readers ----
-
-def evmbpf(*args, binary=BIN, env=None):
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120,
-                          env=env)
-
 
 def reference_summary(path, tail=10):
     text = debug.summarize_trace(path, tail=tail)
@@ -121,18 +114,19 @@ def check_all_commands(path, env=None):
 
     for tail in (None, 3, 1, 0, -2):
         args = ["summarize", path] + ([] if tail is None else ["--tail", str(tail)])
-        got = evmbpf(*args, env=env)
+        got = run_evmbpf(*args, env=env)
         assert got.returncode == 0, got.stderr
         assert got.stdout == ref(reference_summary(ref_path, 10 if tail is None else tail)), args
-    got = evmbpf("forwards", path, "--json", env=env)
+    got = run_evmbpf("forwards", path, "--json", env=env)
     assert got.returncode == 0, got.stderr
     assert got.stdout == reference_index_json(ref_path)
     for forward in forwards_of(ref_path):
-        got = evmbpf("show", path, "--forward", str(forward), env=env)
+        got = run_evmbpf("show", path, "--forward", str(forward), env=env)
         assert got.returncode == 0, got.stderr
         assert got.stdout == ref(reference_show(ref_path, forward)), forward
         for pattern in PATTERNS:
-            got = evmbpf("show", path, "--forward", str(forward), "--module", pattern, env=env)
+            got = run_evmbpf("show", path, "--forward", str(forward), "--module", pattern,
+                             env=env)
             assert got.returncode == 0, got.stderr
             assert got.stdout == ref(reference_show(ref_path, forward, pattern)), (forward,
                                                                                   pattern)
@@ -171,9 +165,8 @@ def workload_traces(tmp_path_factory):
     made = {}
     for name, workload, options in WORKLOADS:
         trace = str(out / f"{name}.jsonl")
-        subprocess.run([python, os.path.join(REFERENCE, "run_workload.py"),
-                        os.path.join(REFERENCE, "workloads", workload), "--trace", trace,
-                        *options], capture_output=True, timeout=300)
+        run_reference(os.path.join(REF_WORKLOADS, workload), trace, python=python,
+                      extra=options)
         made[name] = trace
     return made
 
@@ -187,7 +180,7 @@ def test_workload_trace_matches_reference(workload_traces, name):
 
 def test_forwards_text_lists_every_forward():
     path = os.path.join(CORPUS, "many_forwards.jsonl")
-    got = evmbpf("forwards", path)
+    got = run_evmbpf("forwards", path)
     index = debug.forward_index(debug.read_trace(path))
     lines = got.stdout.splitlines()
     assert got.returncode == 0 and len(lines) == len(index) == 25
@@ -212,7 +205,7 @@ def test_cut_off_last_line_is_skipped(tmp_path):
     lines = corpus_lines("error_mem.jsonl")
     whole = write(tmp_path / "whole.jsonl", "".join(lines[:-1]))
     cut = write(tmp_path / "cut.jsonl", "".join(lines[:-1]) + lines[-1][:37])
-    got = evmbpf("summarize", cut)
+    got = run_evmbpf("summarize", cut)
     assert got.returncode == 0
     assert got.stdout == reference_summary(whole).replace(whole, cut)
     assert f"cut.jsonl:{len(lines)}:" in got.stderr and "cut off" in got.stderr
@@ -223,10 +216,10 @@ def test_corrupt_middle_line_is_reported_and_skipped(tmp_path):
     clean = write(tmp_path / "clean.jsonl", "".join(lines[:4] + lines[5:]))
     bad = write(tmp_path / "bad.jsonl", "".join(lines[:4] + ['{"event": "enter", oops\n'] + lines[5:]))
     for args in (["summarize"], ["forwards", "--json"]):
-        got = evmbpf(args[0], bad, *args[1:])
+        got = run_evmbpf(args[0], bad, *args[1:])
         assert got.returncode == 0
         assert "bad.jsonl:5:" in got.stderr and "corrupt line" in got.stderr
-    got = evmbpf("show", bad, "--forward", "1")
+    got = run_evmbpf("show", bad, "--forward", "1")
     assert got.stdout == reference_show(clean, 1)
 
 
@@ -250,7 +243,7 @@ def test_many_corrupt_lines_are_counted_not_listed(tmp_path):
             (["forwards", "--json"], reference_index_json(clean)),
             (["show", "--forward", "1"], reference_show(clean, 1))]
     for args, expected in runs:
-        got = evmbpf(args[0], bad, *args[1:])
+        got = run_evmbpf(args[0], bad, *args[1:])
         assert got.returncode == 0, got.stderr
         assert got.stdout == expected, args
         err = got.stderr.splitlines()
@@ -273,17 +266,17 @@ def test_crlf_and_blank_lines_read_as_python_does(tmp_path):
 
 def test_empty_file_is_an_empty_trace(tmp_path):
     path = write(tmp_path / "empty.jsonl", "")
-    got = evmbpf("summarize", path)
+    got = run_evmbpf("summarize", path)
     assert got.returncode == 0 and got.stdout == reference_summary(path)
-    got = evmbpf("show", path, "--forward", "1")
+    got = run_evmbpf("show", path, "--forward", "1")
     assert got.stdout == reference_show(path, 1)
-    assert evmbpf("forwards", path, "--json").stdout == "[]\n"
+    assert run_evmbpf("forwards", path, "--json").stdout == "[]\n"
 
 
 def test_nothing_usable_fails(tmp_path):
     path = write(tmp_path / "junk.jsonl", "not json\n[1, 2]\n{\"event\": \n")
     for args in (["summarize", path], ["show", path, "--forward", "1"], ["forwards", path]):
-        got = evmbpf(*args)
+        got = run_evmbpf(*args)
         assert got.returncode == 1 and got.stdout == ""
         assert "no usable event" in got.stderr and "junk.jsonl:1:" in got.stderr
 
@@ -293,7 +286,7 @@ def test_missing_file_says_what_the_reference_says(tmp_path):
     with pytest.raises(FileNotFoundError) as expected:
         debug.read_trace(path)
     for args in (["summarize", path], ["show", path, "--forward", "1"], ["forwards", path]):
-        got = evmbpf(*args)
+        got = run_evmbpf(*args)
         assert got.returncode != 0 and got.stdout == ""
         assert got.stderr.strip() == str(expected.value)
 
@@ -301,9 +294,9 @@ def test_missing_file_says_what_the_reference_says(tmp_path):
 def test_run_directory_without_debug(tmp_path):
     with pytest.raises(FileNotFoundError) as expected:
         debug.read_trace(str(tmp_path))
-    got = evmbpf("summarize", str(tmp_path))
+    got = run_evmbpf("summarize", str(tmp_path))
     assert got.returncode != 0 and got.stderr.strip() == str(expected.value)
-    got = evmbpf("summarize", str(tmp_path) + "/")
+    got = run_evmbpf("summarize", str(tmp_path) + "/")
     assert "debug" in got.stderr and "//" not in got.stderr
 
 
@@ -313,10 +306,10 @@ def test_run_directory_reads_trace_jsonl_first(tmp_path):
     shutil.copy(os.path.join(CORPUS, "error_mem.jsonl"), tmp_path / "debug" / "trace.jsonl")
     (tmp_path / "debug" / "notes.txt").write_text("not a trace")
     run = str(tmp_path)
-    assert evmbpf("summarize", run).stdout == reference_summary(run)
-    assert evmbpf("show", run, "--forward", "1").stdout == reference_show(run, 1)
+    assert run_evmbpf("summarize", run).stdout == reference_summary(run)
+    assert run_evmbpf("show", run, "--forward", "1").stdout == reference_show(run, 1)
     os.remove(tmp_path / "debug" / "trace.jsonl")
-    assert evmbpf("summarize", run).stdout == reference_summary(run)
+    assert run_evmbpf("summarize", run).stdout == reference_summary(run)
 
 
 def test_bad_regex_is_refused():
@@ -327,7 +320,7 @@ def test_bad_regex_is_refused():
             raise AssertionError(pattern)
         except re.error as error:
             why = str(error)
-        got = evmbpf("show", path, "--forward", "1", "--module", pattern)
+        got = run_evmbpf("show", path, "--forward", "1", "--module", pattern)
         assert got.returncode == 2 and got.stdout == ""
         assert got.stderr == f"evmbpf: --module is not a valid regular expression: {why}\n"
 
@@ -336,9 +329,9 @@ def test_usage_errors():
     path = os.path.join(CORPUS, "layers.jsonl")
     for args in (["show", path], ["summarize", path, "--tail", "x"], ["summarize"],
                  ["forwards", path, "--bogus"], ["show", path, "--forward", "1.5"]):
-        got = evmbpf(*args)
+        got = run_evmbpf(*args)
         assert got.returncode == 2 and "USAGE" in got.stderr, args
-    got = evmbpf("summarize", "--help")
+    got = run_evmbpf("summarize", "--help")
     assert got.returncode == 0 and "EXAMPLES" in got.stdout
 
 
@@ -358,7 +351,7 @@ def many_unwound(path, count):
 
 def test_more_unwound_events_than_kept_in_memory(tmp_path):
     path = many_unwound(tmp_path / "unwound.jsonl", 70000)
-    got = evmbpf("summarize", path, "--tail", "4")
+    got = run_evmbpf("summarize", path, "--tail", "4")
     assert got.returncode == 0 and got.stdout == reference_summary(path, 4)
 
 
@@ -384,11 +377,11 @@ def test_memory_does_not_grow_with_the_trace(tmp_path):
     small = big_trace(tmp_path / "small.jsonl", 200)
     large = big_trace(tmp_path / "large.jsonl", 8000)
     assert os.path.getsize(large) > 100e6
-    grown = (peak_rss_kb([BIN, "summarize", large], check=False)
-             - peak_rss_kb([BIN, "summarize", small], check=False))
+    grown = (peak_rss_kb([EVMBPF, "summarize", large], check=False)
+             - peak_rss_kb([EVMBPF, "summarize", small], check=False))
     # One index record a forward is all that may grow: well under a kilobyte each.
     assert grown < 8000 * 1.0, f"summarize grew by {grown} KiB over 7800 more forwards"
-    got = evmbpf("summarize", large)
+    got = run_evmbpf("summarize", large)
     assert got.returncode == 0 and "8000 forward(s) in this trace:" in got.stdout
 
 
@@ -454,7 +447,7 @@ def mutated_traces(rng, count):
 
 
 def test_mutated_traces_never_crash(tmp_path):
-    binary = ASAN_BIN if os.access(ASAN_BIN, os.X_OK) else BIN
+    binary = ASAN_BIN if os.access(ASAN_BIN, os.X_OK) else EVMBPF
     rng = random.Random(1234)
     path = str(tmp_path / "mutant.jsonl")
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
@@ -486,7 +479,7 @@ def test_mutants_match_reference_where_it_does_not_raise(tmp_path):
             expected = reference_summary(path, 5)
         except Exception:
             continue                    # the reference raises: evmbpf may differ
-        got = evmbpf("summarize", path, "--tail", "5")
+        got = run_evmbpf("summarize", path, "--tail", "5")
         assert got.stdout == expected
         compared += 1
     assert compared > 20
@@ -532,16 +525,11 @@ EVMBPF_WORKLOADS = [("tiny_transformer.py", []), ("raises.py", []), ("phases.py"
 
 @pytest.fixture(scope="session")
 def evmbpf_traces(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("needs root: the tracer loads BPF programs")
     out = tmp_path_factory.mktemp("evmbpf")
     made = []
     for index, (workload, options) in enumerate(EVMBPF_WORKLOADS):
         trace = str(out / f"{index}-{workload}.jsonl")
-        subprocess.run([BIN, "--out", trace, *options, "--", "/usr/bin/python3.11",
-                        os.path.join(REFERENCE, "run_workload.py"),
-                        os.path.join(REFERENCE, "workloads", workload)],
-                       capture_output=True, timeout=300)
+        run_launch(os.path.join(REF_WORKLOADS, workload), trace, evmbpf_args=options)
         made.append(trace)
     return made
 

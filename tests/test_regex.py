@@ -18,7 +18,7 @@ import warnings
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, REFERENCE, TEST_AIDS,
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, REFERENCE, REF_WORKLOADS, TEST_AIDS,
                             compare_traces, load, run_launch, run_reference)
 
 sys.path.insert(0, REFERENCE)
@@ -267,7 +267,7 @@ def test_modules_python_syntax_matches_reference(evmbpf, tmp_path):
     """The seed's example filter: `\\d` is a digit, traces equal the reference's."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
     patterns = [r"layers\.\d+$"]
-    if os.environ.get("EVMBPF_FULL_MATRIX"):
+    if FULL_MATRIX:
         patterns.append(r"(?i)^LAYERS\.\d+\.(?!attn)\w+$")
     for pattern in patterns:
         ref, got = str(tmp_path / "ref.jsonl"), str(tmp_path / "got.jsonl")

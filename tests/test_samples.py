@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, Attached, chroot_ensure,
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, OWN_WORKLOADS, REFERENCE, Attached, chroot_ensure,
                             chroot_target, compare_traces, load, pyenv_target, run_launch,
                             run_reference, torch_major)
 
@@ -19,7 +19,6 @@ from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, REFERENCE, Attached, chroot_e
 pytestmark = [pytest.mark.root, pytest.mark.debug_registers]
 WORKLOAD = os.path.join(OWN_WORKLOADS, "samples_eval.py")
 KWARGS = torch_major() >= 2
-FULL = bool(os.environ.get("EVMBPF_FULL_MATRIX"))
 SAMPLED = ("event", "forward", "phase", "samples", "batch_rows")
 
 
@@ -127,7 +126,7 @@ def test_killed_mid_batch_names_its_documents(evmbpf, tmp_path):
 
 # trixie (3.13, torch 2.6) in the suite; sid (3.14, PGO/LTO, torch 2.14) and bullseye
 # (3.9, torch 1.7) with EVMBPF_FULL_MATRIX=1
-@pytest.mark.parametrize("chroot", ["trixie"] + (["sid", "bullseye"] if FULL else []))
+@pytest.mark.parametrize("chroot", ["trixie"] + (["sid", "bullseye"] if FULL_MATRIX else []))
 def test_samples_in_chroot(evmbpf, tmp_path, chroot):
     err = chroot_ensure(chroot)
     if err:
@@ -144,7 +143,7 @@ def test_samples_in_chroot(evmbpf, tmp_path, chroot):
 
 # pyenv's CPython 3.10 (co_code's bytes watched) with the stand-in torch; 3.12 with
 # EVMBPF_FULL_MATRIX=1
-@pytest.mark.parametrize("version", ["3.10"] + (["3.12"] if FULL else []))
+@pytest.mark.parametrize("version", ["3.10"] + (["3.12"] if FULL_MATRIX else []))
 def test_samples_on_pyenv(evmbpf, tmp_path, version):
     target = pyenv_target(version)
     if target is None:

@@ -92,6 +92,7 @@ def test_static_traces_and_reads_in_bullseye(static_bin, tmp_path):
         assert inside.stdout.strip()
 
 
+@pytest.mark.root
 def test_gpu_bundle_runs_cupti_from_its_own_folder(static_bin, tmp_path):
     """build/evmbpf-gpu/ (made by `make static`): the static evmbpf with the CUPTI agent
     beside it, copied elsewhere as to a GPU machine, launches a CPU job with --cupti: the

@@ -6,14 +6,9 @@ import time
 
 import pytest
 
-from evmbpf_testlib import EVMBPF, HOST_PYTHON, REF_WORKLOADS, RUN_WORKLOAD, Attached
+from evmbpf_testlib import EVMBPF, HOST_PYTHON, REF_WORKLOADS, RUN_WORKLOAD, Attached, proc_state
 
 pytestmark = pytest.mark.root
-
-
-def state_of(pid):
-    with open(f"/proc/{pid}/stat") as handle:
-        return handle.read().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.mark.parametrize("mode", ["launch", "pid"])
@@ -40,13 +35,13 @@ def test_sigkill_during_the_hold_leaves_the_target_running(evmbpf, tmp_path, mod
         assert "attached to" in tracer.stderr.readline()
         run.release()
     deadline = time.monotonic() + 20
-    while state_of(target_pid) != "T":
+    while proc_state(target_pid) != "T":
         assert time.monotonic() < deadline, "the target was never held"
         time.sleep(0.02)
     tracer.kill()
     tracer.wait()
     deadline = time.monotonic() + 30
-    while os.path.exists(f"/proc/{target_pid}") and state_of(target_pid) == "T":
+    while os.path.exists(f"/proc/{target_pid}") and proc_state(target_pid) == "T":
         assert time.monotonic() < deadline, "the target stayed stopped after evmbpf died"
         time.sleep(0.05)
     if mode == "pid":

@@ -26,7 +26,8 @@
 #include "numeric.h"
 #include "session_state.h"
 #include "cupti_session.h"
-#include "trace_parts.h"
+#include "sink.h"
+#include "trace_writer.h"
 #include "util.h"
 
 int cupti_channel_main(int argc, char **argv)
@@ -66,15 +67,16 @@ int cupti_channel_main(int argc, char **argv)
 			warnx_("cupti-channel: the harness gave no address for %s", argv[i + 1]);
 			return 2;
 		}
-	struct trace t;
-	memset(&t, 0, sizeof(t));
-	t.out = stdout;
-	t.opts.numeric = 1;
-	t.opts.stop_on_nonfinite = getenv("EVMBPF_TEST_STOP") != NULL;
 	struct describe_ctx ctx;
 	memset(&ctx, 0, sizeof(ctx));
 	ctx.numeric = ctx.held = 1;
 	ctx.rec_tid = (uint32_t)child;
+	struct trace t;
+	memset(&t, 0, sizeof(t));
+	t.sink = t.file = sink_file_stream(stdout);
+	t.dctx = &ctx;
+	t.opts.numeric = 1;
+	t.opts.stop_on_nonfinite = getenv("EVMBPF_TEST_STOP") != NULL;
 	cupti_attach_trace(&t);   /* asks for the numeric service: before the agent starts */
 	fputs("go\n", out);
 	fflush(out);

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sink.h"
 #include "trace.h"
-#include "trace_parts.h"
 #include "util.h"
 
 void gpu_calls_write(struct trace *t, struct gpu_calls *g, uint64_t ring_dropped);
@@ -92,7 +92,8 @@ int cupti_replay_main(void)
 	struct cupti_rec r;
 	while (cupti_ring_get(ring, &r))
 		gpu_calls_record(&g, &r);
-	struct trace t = { .out = stdout };
+	struct trace t = {0};
+	t.sink = t.file = sink_file_stream(stdout);
 	gpu_calls_write(&t, &g, ring->dropped);
 	fflush(stdout);
 	free(ring);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cupti_numeric.h"
+#include "cupti_stats.h"
 #include "stats_kernels.h"
 #include "util.h"
 

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "phases.h"
 #include "dump_markers.h"
 #include "pyframes.h"
 

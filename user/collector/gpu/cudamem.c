@@ -31,13 +31,9 @@
 #include <bpf/bpf.h>
 
 #include "elfsym.h"
+#include "procstate.h"
 #include "jsonw.h"
 #include "procmem.h"
-#include "procstate.h"
-#include "session_state.h"
-#include "cudamem_session.h"
-#include "uprobes.h"
-#include "watchdog.h"
 
 #define SYM_ALLOCATOR "_ZN3c104cuda20CUDACachingAllocator9allocatorE"
 #define RTTI_NATIVE "N3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE"
@@ -55,25 +51,21 @@ static const char *const set_device_syms[] = {
 };
 #define SYM_GET_DEVICE "_ZN3c104cuda9GetDeviceEPa"               /* GetDevice(DeviceIndex *) */
 #define SYM_INIT "_ZN3c104cuda28device_count_ensure_non_zeroEv" /* CUDA's lazy init */
-/* how long GetDevice stays probed after the first module call seen, at most */
-#define REVEAL_WINDOW_NS (5ull * 1000000000ull)
 
 #define STAT_BYTES 32                 /* Stat: current, peak, allocated, freed */
 #define STATARRAY_BYTES (3 * STAT_BYTES) /* AGGREGATE, SMALL_POOL, LARGE_POOL */
 #define STATARRAYS 6                  /* allocation ... reserved_bytes */
 #define SCAN_BYTES 0x10000
 #define STATS_TRIES 8                 /* reads of a DeviceStats that does not add up */
-/* CUDA's init seen and still no devices: said once after this long */
-#define INIT_GRACE_NS (1000ull * 1000000ull)
 
-static uint64_t now_ns(void)
+uint64_t cudamem_now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int rd(pid_t pid, uint64_t addr, void *dst, size_t n)
+int cudamem_read(pid_t pid, uint64_t addr, void *dst, size_t n)
 {
 	struct pyreader r = { .pid = pid };
 	return pm_read(&r, addr, dst, n);
@@ -82,7 +74,7 @@ static int rd(pid_t pid, uint64_t addr, void *dst, size_t n)
 /* The first mapping (at file offset 0) of a file whose name starts with `prefix`: its
  * path as the target names it, how evmbpf opens it, its first address. 1 found, 0 not,
  * -1 no maps. */
-static int find_mapping(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
+int cudamem_find_mapping(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
 			uint64_t *start_out)
 {
 	char path[64], line[PATH_MAX + 128];
@@ -118,7 +110,7 @@ static int find_mapping(pid_t pid, const char *prefix, char *name, char *open_pa
 /* libc10_cuda.so in the target's mappings: its path, how to open it, its load bias. */
 static int find_library(struct cudamem *c)
 {
-	int found = find_mapping(c->pid, "libc10_cuda.so", c->lib_path, c->lib_open, sizeof(c->lib_open),
+	int found = cudamem_find_mapping(c->pid, "libc10_cuda.so", c->lib_path, c->lib_open, sizeof(c->lib_open),
 				 &c->lib_bias); /* bias adjusted by the ELF's lowest PT_LOAD below */
 	if (found <= 0)
 		return found;
@@ -174,7 +166,7 @@ static int stats_valid_at(pid_t pid, uint64_t addr)
 {
 	int64_t st[STATARRAYS * STATARRAY_BYTES / 8];
 	for (int tries = 0; tries < STATS_TRIES; tries++) {
-		if (rd(pid, addr, st, sizeof(st)))
+		if (cudamem_read(pid, addr, st, sizeof(st)))
 			return 0;
 		if (stats_plausible(st))
 			return 1;
@@ -189,11 +181,11 @@ static int stats_valid_at(pid_t pid, uint64_t addr)
 static int looks_like_allocator(pid_t pid, uint64_t elem, int vtable_first)
 {
 	int32_t kind;
-	if (!elem || elem % 8 || rd(pid, elem + (vtable_first ? 24 : 16), &kind, sizeof(kind)) || kind != 1)
+	if (!elem || elem % 8 || cudamem_read(pid, elem + (vtable_first ? 24 : 16), &kind, sizeof(kind)) || kind != 1)
 		return 0;
 	if (vtable_first) {
 		uint64_t vt, slot;
-		if (rd(pid, elem, &vt, 8) || !vt || vt % 8 || rd(pid, vt, &slot, 8) || !slot)
+		if (cudamem_read(pid, elem, &vt, 8) || !vt || vt % 8 || cudamem_read(pid, vt, &slot, 8) || !slot)
 			return 0; /* a vtable: a readable table of code addresses */
 	}
 	return 1;
@@ -212,7 +204,7 @@ static int try_vector(struct cudamem *c, const uint64_t *w)
 	if (n > CUDA_MAX_DEVICES || (cap - begin) / 8 > 4096)
 		return 0;
 	uint64_t elems[CUDA_MAX_DEVICES];
-	if (rd(c->pid, begin, elems, n * 8))
+	if (cudamem_read(c->pid, begin, elems, n * 8))
 		return 0;
 	int result = 0;
 	for (int vtable_first = 0; vtable_first < 2; vtable_first++) {
@@ -259,11 +251,11 @@ enum cudamem_state cudamem_scan(struct cudamem *c, pid_t pid)
 		c->state = CM_PENDING;
 	}
 	uint64_t obj = 0, vtable = 0, ti = 0, name = 0;
-	if (rd(pid, c->allocator_sym, &obj, 8) || !obj)
+	if (cudamem_read(pid, c->allocator_sym, &obj, 8) || !obj)
 		return c->state; /* not set yet (the library's initialisers run at load) */
 	char tn[sizeof(c->type_name)] = "";
-	if (rd(pid, obj, &vtable, 8) || rd(pid, vtable - 8, &ti, 8) || rd(pid, ti + 8, &name, 8) ||
-	    rd(pid, name, tn, sizeof(tn) - 1)) {
+	if (cudamem_read(pid, obj, &vtable, 8) || cudamem_read(pid, vtable - 8, &ti, 8) || cudamem_read(pid, ti + 8, &name, 8) ||
+	    cudamem_read(pid, name, tn, sizeof(tn) - 1)) {
 		unsupported(c, "the CUDA allocator's type cannot be read (at %s)", c->lib_path);
 		return c->state;
 	}
@@ -287,7 +279,7 @@ enum cudamem_state cudamem_scan(struct cudamem *c, pid_t pid)
 		size_t n = 4096 - ((obj + have) & 4095);
 		if (n > SCAN_BYTES - have)
 			n = SCAN_BYTES - have;
-		if (rd(pid, obj + have, (char *)buf + have, n))
+		if (cudamem_read(pid, obj + have, (char *)buf + have, n))
 			break;
 		have += n;
 	}
@@ -359,7 +351,7 @@ int cudamem_available(struct cudamem *c)
 void cudamem_record(struct cudamem *c, const struct rec_mem *r)
 {
 	if (!c->first_mem_ns && !(r->flags & MEM_F_LOADED))
-		c->first_mem_ns = now_ns(); /* a module call */
+		c->first_mem_ns = cudamem_now_ns(); /* a module call */
 	if (r->flags & MEM_F_UNKNOWN) {
 		/* no counters: the thread's next event has `mem` null */
 		for (int i = 0; i < CUDAMEM_TIDS; i++)
@@ -409,328 +401,4 @@ void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b)
 		return;
 	}
 	jw_null(b);
-}
-
-static void cudamem_reveal_end(struct session *s);
-
-/* CUDA's init was seen (c10's lazy init ran) and the allocator's devices are still not
- * found: no layout evmbpf knows validates. Said once, `grace` after the init (the
- * allocator's own init follows c10's at once; a poll can fall between them). */
-static void init_seen(struct cudamem *c, const char *sign)
-{
-	if (c->init_seen_ns)
-		return;
-	c->init_seen_ns = now_ns();
-	c->init_sign = sign;
-}
-
-static void pending_warn(struct cudamem *c, uint64_t grace)
-{
-	if (c->state != CM_PENDING || !c->init_seen_ns || c->warned_pending ||
-	    now_ns() - c->init_seen_ns < grace)
-		return;
-	c->warned_pending = 1;
-	if (!cudamem_available(c))
-		return; /* no device: null as the reference's anyway */
-	warnx_("warning: CUDA memory: CUDA was initialised (%s) but torch's CUDA allocator (%s) "
-	       "has no per-device allocators of a layout evmbpf knows (a mutex, then DeviceStats "
-	       "that add up; or a vtable pointer before them); `mem` stays null", c->init_sign,
-	       c->lib_path);
-}
-
-/* The threads there now may have set a device already: none is assumed for them until
- * they show it (cuda_unknown). Threads that come later start on device 0, CUDA's
- * default, and every change of theirs is seen by the probes. */
-static void list_unknown(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", s->target.pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return;
-	int fd = bpf_map__fd(s->skel->maps.cuda_unknown), dev_fd = bpf_map__fd(s->skel->maps.cuda_device);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		uint32_t tid = (uint32_t)strtoul(e->d_name, NULL, 10);
-		int32_t dev;
-		if (!bpf_map_lookup_elem(dev_fd, &tid, &dev))
-			continue; /* set since the probes were placed: known */
-		struct cuda_unknown_v v = { 0 };
-		if (!bpf_map_update_elem(fd, &tid, &v, BPF_NOEXIST))
-			c->nunknown++;
-	}
-	closedir(d);
-	if (c->nunknown)
-		__atomic_store_n(&s->ps->cuda_unknown_on, 1, __ATOMIC_RELEASE);
-	debugx("CUDA: %d thread(s) of %d there before the device probes: device unknown until shown",
-	       c->nunknown, s->target.pid);
-}
-
-/* Until libc10_cuda.so is mapped: a probe on the dynamic loader's _dl_debug_state()
- * stops the target at the dlopen's RT_CONSISTENT that mapped it (none of its code run
- * yet; the BPF side looks at the r_map entries that dlopen added), so that the device
- * probes are placed before any c10 function can run. Only where
- * a stop is allowed (never a terminal's foreground job, nor under --numeric's ptrace). */
-static void ld_hook(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	if (s->skel->rodata->numeric || !session_may_hold(s))
-		return;
-	static char name[PATH_MAX], open_path[PATH_MAX];
-	uint64_t start = 0, v, r_debug, off;
-	if (find_mapping(s->target.pid, "ld-linux", name, open_path, sizeof(open_path), &start) <= 0)
-		return;
-	struct elf_file *e = elf_file_open(open_path);
-	if (!e)
-		return;
-	uint64_t bias = start - elf_file_base_vaddr(e);
-	int ok = !elf_file_symbol(e, "_dl_debug_state", &v, NULL) && !elf_file_vaddr_to_offset(e, v, &off) &&
-		 !elf_file_symbol(e, "_r_debug", &r_debug, NULL);
-	elf_file_close(e);
-	if (!ok)
-		return;
-	if (watchdog_start(s->target.pid))
-		return;
-	c->ld_link = attach_uprobe(s->skel->progs.cuda_dlopen_probe, 0, s->target.pid, open_path, off,
-				   "_dl_debug_state");
-	if (!c->ld_link)
-		return;
-	watchdog_hold(s->target.pid, 1);
-	__atomic_store_n(&s->ps->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
-	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", name);
-}
-
-static void ld_unhook(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	if (!c->ld_link)
-		return;
-	s->ps->cuda_ld_debug = 0;
-	bpf_link__destroy(c->ld_link);
-	c->ld_link = NULL;
-}
-
-static void place_probes(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	struct evmbpf_bpf *skel = s->skel;
-	for (int i = 0; i < c->nset_device && c->nlinks < (int)(sizeof(c->links) / sizeof(c->links[0])); i++) {
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_set_device_probe, 0, s->target.pid,
-						   c->lib_open, c->set_device_off[i], "c10::cuda::SetDevice");
-		if (l)
-			c->links[c->nlinks++] = l;
-	}
-	if (c->init_off) {
-		/* CUDA's init between two module calls: the next one stops the target until the
-		 * devices are found (never a terminal's foreground job, nor under --numeric's ptrace) */
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_init_probe, 0, s->target.pid, c->lib_open,
-						   c->init_off, "c10::cuda::device_count_ensure_non_zero");
-		if (l) {
-			c->links[c->nlinks++] = l;
-			if (!skel->rodata->numeric && session_may_hold(s) &&
-			    !watchdog_start(s->target.pid)) {
-				watchdog_hold(s->target.pid, 1);
-				s->ps->cuda_init_hold = 1;
-			}
-		}
-	}
-	if (c->get_device_off) {
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_get_device_enter, 0, s->target.pid,
-						   c->lib_open, c->get_device_off, "c10::cuda::GetDevice");
-		if (l)
-			c->reveal[c->nreveal++] = l;
-		l = attach_uprobe(skel->progs.cuda_get_device_exit, 1, s->target.pid, c->lib_open,
-				  c->get_device_off, "c10::cuda::GetDevice (return)");
-		if (l)
-			c->reveal[c->nreveal++] = l;
-	}
-	debugx("CUDA: %s mapped, %d device-setting functions probed%s%s", c->lib_path, c->nset_device,
-	       c->init_off ? ", its lazy init" : "", c->get_device_off ? ", GetDevice for a while" : "");
-	if (!c->in_load_stop) /* else mapped just now: no code of it has run */
-		list_unknown(s); /* after the probes: a thread that sets its device from now on is seen */
-	if (!c->nunknown)
-		cudamem_reveal_end(s);
-}
-
-/* GetDevice goes once no thread listed unknown is left (shown, or gone), or some time
- * after the first module call: it is called by every CUDA operation. */
-static void reveal_step(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	if (!c->nreveal)
-		return;
-	int fd = bpf_map__fd(s->skel->maps.cuda_unknown), left = 0;
-	uint32_t key, next, *prev = NULL;
-	while (!bpf_map_get_next_key(fd, prev, &next)) {
-		key = next;
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/task/%u", s->target.pid, key);
-		if (access(path, F_OK) && errno == ENOENT) {
-			bpf_map_delete_elem(fd, &key);
-			prev = NULL; /* start over: the walk's place is gone */
-			left = 0;
-			continue;
-		}
-		left++;
-		prev = &key;
-	}
-	if (!left || (c->first_mem_ns && now_ns() - c->first_mem_ns > REVEAL_WINDOW_NS)) {
-		debugx("CUDA: GetDevice no longer probed (%d thread(s) with their device unknown)", left);
-		cudamem_reveal_end(s);
-	}
-}
-
-static void cudamem_reveal_end(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	for (int i = 0; i < c->nreveal; i++)
-		bpf_link__destroy(c->reveal[i]);
-	c->nreveal = 0;
-}
-
-void cudamem_session_detach(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	pending_warn(c, 0); /* the run ended before the grace passed */
-	cudamem_reveal_end(s);
-	ld_unhook(s);
-	for (int i = 0; i < c->nlinks; i++)
-		bpf_link__destroy(c->links[i]);
-	c->nlinks = 0;
-}
-
-/* The session's part: probes on the device-setting functions once the library is
- * there, the DeviceStats handed to the BPF side once found. Called at the attach and
- * then from the session's loop until the chain is found or refused. */
-void cudamem_session_step(struct session *s)
-{
-	struct cudamem *c = &s->cuda;
-	if (s->skel && c->nreveal)
-		reveal_step(s);
-	if (s->ps && (c->ld_link || s->ps->cuda_init_hold))
-		watchdog_hold(s->target.pid, 1); /* one of their stops may come */
-	if (!s->skel || c->state == CM_READY || c->state == CM_UNSUPPORTED || c->cpu_torch)
-		return;
-	enum cudamem_state before = c->state;
-	int torch_known = s->target.torch_version[0] != 0;
-	if (c->state == CM_NO_LIBRARY && !c->ld_tried) {
-		/* before the first look: a library mapped after it stops the target */
-		static char name[PATH_MAX], open_path[PATH_MAX];
-		uint64_t start;
-		c->ld_tried = 1;
-		if (!find_mapping(s->target.pid, "libc10_cuda.so", name, open_path, sizeof(open_path), &start))
-			ld_hook(s);
-	}
-	cudamem_scan(c, s->target.pid);
-	if (c->state == CM_NO_LIBRARY && torch_known)
-		c->cpu_torch = 1; /* torch is imported without libc10_cuda.so: look no more */
-	if (c->state != CM_NO_LIBRARY || c->cpu_torch)
-		ld_unhook(s);
-	if (before == CM_NO_LIBRARY && c->state != CM_NO_LIBRARY)
-		place_probes(s);
-	if (c->state == CM_UNSUPPORTED && !c->warned) {
-		c->warned = 1;
-		s->ps->cuda_init_hold = 0;
-		if (!cudamem_available(c))
-			return; /* no device: null as the reference's anyway, nothing to warn of */
-		warnx_("warning: CUDA memory: %s; `mem` stays null", c->why);
-		return;
-	}
-	if (c->state == CM_PENDING && s->ps && __atomic_load_n(&s->ps->cuda_init_armed, __ATOMIC_ACQUIRE))
-		init_seen(c, "c10::cuda::device_count_ensure_non_zero ran");
-	pending_warn(c, INIT_GRACE_NS);
-	if (c->state != CM_READY)
-		return;
-	s->ps->cuda_init_hold = 0;
-	debugx("CUDA: allocator %s at %#lx, device_allocator at +%#lx (%s), %d device(s)", c->type_name,
-	       (unsigned long)c->allocator, (unsigned long)c->vector_off,
-	       c->vtable_first ? "a vtable pointer, then the mutex" : "the mutex first", c->ndev);
-	if (!cudamem_available(c))
-		return; /* torch.cuda.is_available() is False: the reference writes null */
-	struct proc_state *bss = s->ps;
-	for (int i = 0; i < c->ndev; i++)
-		bss->cuda_stats[i] = c->stats[i];
-	bss->cuda_alloc_off = CUDA_ALLOCATED_OFF;
-	bss->cuda_reserved_off = CUDA_RESERVED_OFF;
-	__atomic_store_n(&bss->cuda_ndev, (uint32_t)c->ndev, __ATOMIC_RELEASE);
-}
-
-/* The counters of thread tid's device, read from here (the thread is stopped), as the
- * probe would have read them; nothing when its device is unknown. */
-static void read_now(struct session *s, uint32_t tid)
-{
-	struct cudamem *c = &s->cuda;
-	if (c->state != CM_READY || !s->ps->cuda_ndev)
-		return; /* not found, or torch.cuda.is_available() is False there */
-	int32_t dev = 0;
-	if (bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_device), &tid, &dev)) {
-		struct cuda_unknown_v u;
-		dev = 0;
-		if (!bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.cuda_unknown), &tid, &u)) {
-			struct rec_mem r = { .hdr = { .kind = REC_MEM, .size = sizeof(r), .tid = tid },
-					     .device = -1, .flags = MEM_F_UNKNOWN };
-			cudamem_record(c, &r);
-			return;
-		}
-	}
-	if (dev < 0 || dev >= c->ndev)
-		return;
-	int64_t cp[2], reserved;
-	if (rd(c->pid, c->stats[dev] + CUDA_ALLOCATED_OFF, cp, sizeof(cp)) ||
-	    rd(c->pid, c->stats[dev] + CUDA_RESERVED_OFF, &reserved, sizeof(reserved)))
-		return;
-	struct rec_mem r = { .hdr = { .kind = REC_MEM, .size = sizeof(r), .tid = tid }, .device = dev,
-			     .allocated = cp[0], .max_allocated = cp[1], .reserved = reserved };
-	cudamem_record(c, &r);
-}
-
-/* A record that holds its thread (the first module call, stopped until the model is
- * read) came before the collector had found the allocator (CUDA initialised just before
- * it): look now, and read the counters from here while the thread is stopped, so that
- * they are what the probe would have read. */
-void cudamem_session_held(struct session *s, uint32_t tid)
-{
-	struct cudamem *c = &s->cuda;
-	for (int i = 0; i < CUDAMEM_TIDS; i++)
-		if (c->last[i].tid == tid && c->last[i].valid)
-			return;
-	if (c->state != CM_READY)
-		cudamem_session_step(s);
-	read_now(s, tid);
-}
-
-void cudamem_session_record(struct session *s, const struct rec_mem *r)
-{
-	cudamem_record(&s->cuda, r);
-	if (r->flags & MEM_F_LOADED) {
-		/* a dlopen mapped its objects, the target is stopped before any of their code */
-		if (s->cuda.ld_link) {
-			s->cuda.in_load_stop = 1;
-			cudamem_session_step(s);
-			s->cuda.in_load_stop = 0;
-			debugx("CUDA: stopped at a dlopen (%d so far): %s", ++s->cuda.load_stops,
-			       s->cuda.state == CM_NO_LIBRARY ? "no libc10_cuda.so yet" : "libc10_cuda.so mapped");
-		}
-		continue_held(s->target.pid);
-		watchdog_hold(s->target.pid, s->cuda.ld_link || s->ps->cuda_init_hold ||
-						     s->ps->hold_codes || s->ps->samples_hold);
-		return;
-	}
-	if (!(r->flags & MEM_F_INIT))
-		return;
-	/* CUDA's lazy init ran before this module call: the target is stopped (SIGSTOP) */
-	init_seen(&s->cuda, "c10::cuda::device_count_ensure_non_zero ran");
-	cudamem_session_step(s);
-	pending_warn(&s->cuda, 0); /* the allocator's init is done by now */
-	if (++s->cuda.init_holds >= CUDAMEM_INIT_HOLDS)
-		s->ps->cuda_init_hold = 0; /* called again and again without an init: stop no more */
-	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,
-	       s->cuda.state == CM_READY ? "devices found" : "devices not found yet");
-	read_now(s, r->hdr.tid);
-	continue_held(s->target.pid);
-	watchdog_hold(s->target.pid, s->ps->cuda_init_hold || s->ps->hold_codes ||
-					     s->ps->samples_hold);
 }

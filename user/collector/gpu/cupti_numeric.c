@@ -23,12 +23,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cupti_stats.h"
 #include "numeric.h"
-#include "trace.h"
-#include "trace_parts.h"
+#include "sink.h"
+#include "trace_state.h"
 #include "util.h"
 
-int cupti_numeric_on;
+static int on;   /* the service was asked for: CUDA tensors are posted */
+static struct sink stage;   /* in front of the trace's sinks, once set up */
+static const struct sink_ops stage_ops;
 
 #define KEEP 65536   /* results kept for lines written later (a frame's `unwound`) */
 #define ACK_FIRST_MS 10000   /* the first request loads the kernels (the driver JITs the PTX) */
@@ -71,7 +74,14 @@ void cupti_numeric_setup(struct cupti_ring *ring, struct trace *t, int stop_on_n
 	n.stop_on_nonfinite = stop_on_nonfinite;
 	n.res = xcalloc(KEEP, sizeof(*n.res));
 	__atomic_store_n(&n.area->enabled, 1, __ATOMIC_RELEASE);
-	cupti_numeric_on = 1;
+	on = 1;
+	/* lines wait for CUDA tensors' stats in front of the trace's sinks; the trace's
+	 * descriptions post CUDA tensors here */
+	stage.ops = &stage_ops;
+	stage.next = t->sink;
+	t->sink = &stage;
+	if (t->dctx)
+		t->dctx->cuda_stats = cupti_numeric_tensor;
 }
 
 uint64_t cupti_numeric_pending(void)
@@ -251,7 +261,8 @@ static void fill(struct buf *line)
 	*line = b;
 }
 
-static void flush(struct trace *t)
+
+static void flush(void)
 {
 	n.flushing = 1;
 	while (n.qlen && ready(&n.queue[n.qhead])) {
@@ -259,13 +270,14 @@ static void flush(struct trace *t)
 		n.qhead = (n.qhead + 1) % n.qcap;
 		n.qlen--;
 		fill(&line);
-		trace_write_line(t, &line);
+		sink_pass(&stage, &line);
 		buf_free(&line);
 	}
 	n.flushing = 0;
 }
 
-int cupti_defer_line(struct trace *t, struct buf *line)
+/* 1 when the line (with its newline) was taken to wait for results. */
+static int defer_line(struct buf *line)
 {
 	if (n.flushing || (!n.qlen && !memchr(line->data, 1, line->len)))
 		return 0;
@@ -288,25 +300,25 @@ int cupti_defer_line(struct trace *t, struct buf *line)
 
 void cupti_numeric_result(struct trace *t, uint64_t id)
 {
-	if (!cupti_numeric_on)
+	if (!on)
 		return;
 	struct cupti_req *q = &n.area->req[id % CUPTI_REQ_SLOTS];
 	if (__atomic_load_n(&q->done, __ATOMIC_ACQUIRE) == id)
 		take(id);
 	if (t)
-		flush(t);
+		flush();
 }
 
 void cupti_numeric_finish(struct trace *t)
 {
-	if (!cupti_numeric_on)
+	if (!on)
 		return;
 	if (n.pending && !n.warned_late++)
 		warnx_("warning: --numeric --cupti: the stats of %llu CUDA tensors did not come back "
 		       "from the agent; they are described without them",
 		       (unsigned long long)n.pending);
 	n.final = 1;
-	flush(t);
+	flush();
 	if (n.legacy_streams)
 		debugx("--numeric --cupti: %llu CUDA tensors were reduced on the legacy default "
 		       "stream (their thread had launched nothing on the device before)",
@@ -314,3 +326,25 @@ void cupti_numeric_finish(struct trace *t)
 	debugx("--numeric --cupti: %llu CUDA tensors posted to the agent",
 	       (unsigned long long)n.next_id);
 }
+
+/* ---- the stage in front of the trace's sinks --------------------------------------- */
+
+static void stage_put(struct sink *s, struct buf *line)
+{
+	if (!defer_line(line))
+		sink_pass(s, line);
+}
+
+static void stage_finish(struct sink *s, int64_t *next_i)
+{
+	n.final = 1; /* cupti_numeric_finish has said what did not come back */
+	flush();
+}
+
+static void stage_free(struct sink *s)
+{
+}
+
+static const struct sink_ops stage_ops = {
+	.put = stage_put, .finish = stage_finish, .free = stage_free,
+};

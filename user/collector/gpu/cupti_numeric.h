@@ -13,10 +13,8 @@
 
 struct trace;
 
-/* 1 once --cupti --numeric is set up: CUDA tensors are posted, lines may wait */
-extern int cupti_numeric_on;
-
-/* cupti_session.c: ask the agent for the service (before the command's first cuInit). */
+/* cupti_session.c: ask the agent for the service (before the command's first cuInit);
+ * the lines of the trace wait for results in a stage in front of its sinks (sink.h). */
 void cupti_numeric_setup(struct cupti_ring *ring, struct trace *t, int stop_on_nonfinite);
 /* A CR_STATS record: request id's result is in its slot. */
 void cupti_numeric_result(struct trace *t, uint64_t id);
@@ -25,16 +23,11 @@ uint64_t cupti_numeric_pending(void);
 /* The end: what has not come back is written without stats (one warning). */
 void cupti_numeric_finish(struct trace *t);
 
-/* numeric.c: a CUDA tensor of a held thread, its extent checked: posted to the agent;
+/* The trace's descriptions (its describe_ctx's cuda_stats, numeric.c): a CUDA tensor of
+ * a held thread, its extent checked: posted to the agent;
  * appends its stats (--stop-on-nonfinite at an exit: waited for), a placeholder
  * resolved when they come, or nothing (one warning per reason). */
 void cupti_numeric_tensor(struct describe_ctx *ctx, const struct dnode_tensor *t,
 			  const struct dnode_tensor_data *d, int dtype, struct buf *out);
-
-/* trace_writer.c: 1 when the line (with its newline) was taken to wait for results. */
-int cupti_defer_line(struct trace *t, struct buf *line);
-
-/* cupti_stats.c: a result as `, "stats": {...}`. */
-void cupti_stats_json(const struct cupti_req *q, struct buf *out);
 
 #endif

@@ -24,7 +24,7 @@
 #include "cupti_ring.h"
 #include "gpu_calls.h"
 #include "jsonw.h"
-#include "trace_parts.h"
+#include "trace_writer.h"
 #include "util.h"
 
 static struct {

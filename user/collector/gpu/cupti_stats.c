@@ -2,7 +2,7 @@
  * agent's results): cupti_stats_json, a CUDA tensor's result (struct cupti_req) as
  * `, "stats": {...}`, by the reference's _tensor_stats rules (the same text as the CPU
  * path's); which dtypes are floats is the kernels' rule (agent/stats_kernels.h). */
-#include "cupti_numeric.h"
+#include "cupti_stats.h"
 
 #include "jsonw.h"
 #include "stats_kernels.h"

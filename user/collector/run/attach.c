@@ -1,6 +1,7 @@
 /* --pid: attach to a running process (the modules already running are watched for
  * their orphan exits). */
 #include "session.h"
+#include "phases.h"
 #include "drivers.h"
 #include "numeric_session.h"
 

@@ -14,9 +14,10 @@
 #include <bpf/bpf.h>
 
 #include "bound.h"
+#include "bound_watch.h"
 #include "hwwatch.h"
 #include "privileges.h"
-#include "samples.h"
+#include "samples_watch.h"
 #include "procstate.h"
 #include "util.h"
 #include "watchdog.h"

@@ -5,7 +5,9 @@
 #include "cupti_session.h"
 #include "objects.h"
 #include "probes.h"
-#include "samples.h"
+#include "error.h"
+#include "trace_writer.h"
+#include "samples_watch.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -18,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bound.h"
+#include "bound_watch.h"
 #include "hold.h"
 #include "hwwatch.h"
 #include "outpattern.h"
@@ -116,12 +118,8 @@ static double cpu_s(void)
 void session_abandon(struct session *s)
 {
 	session_detach(s);
-	if (s->trace.out) {
-		int file = s->trace.out != stdout;
-		trace_close(&s->trace);
-		if (file)
-			unlink(s->trace.out_path);
-	}
+	if (trace_is_open(&s->trace))
+		trace_abandon(&s->trace);
 	ring_buffer__free(s->rb);
 	s->rb = NULL;
 	session_unload(s);
@@ -213,12 +211,11 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		warnx_("reading the ring buffer failed: %s", strerror(-n));
 		return 1;
 	}
-	if (s->trace.out && fflush(s->trace.out) && !s->trace.write_failed)
-		s->trace.write_failed = errno ? errno : EIO;
-	if (s->trace.write_failed) {
+	int write_error = trace_flush(&s->trace);
+	if (write_error) {
 		s->trace.write_reported = 1;
 		warnx_("cannot write %s: %s; detaching (the target runs on)", s->trace.out_path,
-		       strerror(s->trace.write_failed));
+		       strerror(write_error));
 		return 1;
 	}
 	if (child > 0) {

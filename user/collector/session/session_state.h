@@ -16,6 +16,8 @@
 #include "status.h"
 #include "cudamem.h"
 #include "procstate.h"
+#include "target.h"
+#include "trace.h"
 
 struct session {
 	const struct tracer_opts *opts;

@@ -49,7 +49,8 @@ static long long out_size(const struct status *st, const struct trace *t)
 	struct stat sb;
 	if (!strcmp(st->out, "-"))
 		return -1;
-	if (t->out ? fstat(fileno(t->out), &sb) : stat(st->out, &sb))
+	int fd = trace_out_fd(t);
+	if (fd >= 0 ? fstat(fd, &sb) : stat(st->out, &sb))
 		return -1;
 	return S_ISREG(sb.st_mode) ? (long long)sb.st_size : -1;
 }

@@ -6,7 +6,6 @@
 
 #include "evmbpf.h"
 #include "jsonw.h"
-#include "numeric.h"
 #include "pyfmt.h"
 
 static const char *const dtypes[] = {
@@ -358,8 +357,8 @@ static int tensor_json(struct describe_ctx *ctx, const struct dnode *n, struct b
 	device_name(&dev, t->device_type, t->device_index);
 	jw_cstr(out, dev.data);
 	buf_free(&dev);
-	if (ctx->numeric)
-		numeric_stats(ctx, n, t, dtype, out);
+	if (ctx->numeric && ctx->tensor_stats)
+		ctx->tensor_stats(ctx, n, t, dtype, out);
 	buf_putc(out, '}');
 	return 0;
 }

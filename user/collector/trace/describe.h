@@ -6,6 +6,10 @@
 #include "procmem.h"
 #include "util.h"
 
+struct dnode;
+struct dnode_tensor;
+struct dnode_tensor_data;
+
 struct describe_ctx {
 	/* type(value).__name__ for a type object of the target; never NULL. */
 	const char *(*type_name)(void *arg, uint64_t type);
@@ -17,6 +21,13 @@ struct describe_ctx {
 	/* --numeric (user/collector/numeric.c): add the reference's "stats" to tensors;
 	 * `held`: the record's thread is held at the call, its values may be read */
 	int numeric, held;
+	/* a tensor's stats as `, "stats": {...}` (numeric.c's numeric_stats: set by the
+	 * trace under --numeric), and a CUDA tensor's, posted to the agent (--cupti:
+	 * cupti_numeric.c's, set when the agent's service is asked for); NULL: none */
+	void (*tensor_stats)(struct describe_ctx *ctx, const struct dnode *n,
+			     const struct dnode_tensor *t, int dtype, struct buf *out);
+	void (*cuda_stats)(struct describe_ctx *ctx, const struct dnode_tensor *t,
+			   const struct dnode_tensor_data *d, int dtype, struct buf *out);
 	int warned_unheld, warned_cuda, warned_dtype, warned_read, warned_big;
 	/* the first tensor with a NaN or an Inf since the caller cleared `nonfinite` */
 	int nonfinite, nf_dtype;

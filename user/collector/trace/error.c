@@ -2,9 +2,10 @@
  * its traceback as Python formats it, lines from 3.11+'s location tables and the source
  * files read through the target's root), a signal or an exit with modules running;
  * then the frames still open, unwound. */
-#include "trace_parts.h"
+#include "error.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,8 +13,13 @@
 #include <unistd.h>
 
 #include "jsonw.h"
+#include "phases.h"
 #include "pyframes.h"
 #include "samples.h"
+#include "stacks.h"
+#include "target.h"
+#include "trace_writer.h"
+#include "cudamem.h"
 
 /* The source line lineno of file (read through the target's root), as linecache gives
  * it (with its newline); NULL when it cannot be read. */

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cupti_numeric.h"
 #include "jsonw.h"
 
 enum { D_U8 = 0, D_I8, D_I16, D_I32, D_I64, D_F16, D_F32, D_F64, D_BOOL = 11, D_BF16 = 15,
@@ -186,106 +185,51 @@ static const struct numeric_bytes *find_bytes(const struct describe_ctx *ctx, ui
 	return NULL;
 }
 
-void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct dnode_tensor *t,
-		   int dtype, struct buf *out)
+/* The next element's place in index order: an odometer over the sizes. */
+static void odometer_next(const struct dnode_tensor *t, const struct dnode_tensor_data *d,
+			  int64_t *idx, int64_t *at)
 {
-	if (t->numel == 0) {
-		buf_puts(out, ", \"stats\": {\"empty\": true}");
-		return;
+	for (int k = (int)t->ndim - 1; k >= 0; k--) {
+		*at += d->strides[k];
+		if (++idx[k] < t->sizes[k])
+			break;
+		*at -= d->strides[k] * t->sizes[k];
+		idx[k] = 0;
 	}
-	int cuda = t->device_type == 1 && cupti_numeric_on; /* --cupti: the agent reads them */
-	if (t->device_type != 0 && !cuda) {
-		warn_once(&ctx->warned_cuda, "warning: --numeric: tensors on a device (CUDA) are "
-			  "described without stats: their values are in device memory, which only "
-			  "the CUPTI agent can read (launch mode: evmbpf --cupti --numeric -- COMMAND)");
-		return;
-	}
+}
+
+/* An integer or bool tensor's stats: its min and max, as float32 (the reference's). */
+static void int_stats(const uint8_t *raw, const struct dnode_tensor *t,
+		      const struct dnode_tensor_data *d, int dtype, struct buf *out)
+{
 	unsigned isz = itemsize(dtype);
-	if (!isz) {
-		warn_once(&ctx->warned_dtype, "warning: --numeric: tensors of a complex, quantized "
-			  "or 8-bit float dtype are described without stats");
-		return;
-	}
-	const struct dnode_tensor_data *d = (const void *)&t->sizes[t->ndim];
-	size_t need = sizeof(*n) + sizeof(*t) + 16u * t->ndim + sizeof(*d);
-	const struct numeric_bytes *probe_read = NULL;
-	if (cuda) {
-		int64_t cspan = (n->flags & N_F_DATA) && n->size >= need && d->ok ? span_of(t, d) : -1;
-		if (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held) {
-			warn_once(&ctx->warned_unheld, "warning: --numeric: a tensor's values could "
-				  "not be read while its thread was held at the call (the thread blocks "
-				  "SIGURG, or the hold was not in place yet); such tensors are described "
-				  "without stats");
-		} else if (cspan < 0 || d->offset < 0 || d->dev_type != 1 || !d->data ||
-			   (uint64_t)(d->offset + cspan) * isz > d->nbytes) {
-			warn_once(&ctx->warned_read, "warning: --numeric: a CUDA tensor's extent does "
-				  "not fit its storage (or a negative stride); such tensors are described "
-				  "without stats");
-		} else {
-			cupti_numeric_tensor(ctx, t, d, dtype, out);
-		}
-		return;
-	}
-	if ((n->flags & N_F_DATA) && (n->flags & N_F_BYTES) && n->size >= need && d->ok)
-		probe_read = find_bytes(ctx, d->seq);
-	if (!probe_read && (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held)) {
-		warn_once(&ctx->warned_unheld, "warning: --numeric: a tensor's values could not "
-			  "be read while its thread was held at the call (the thread blocks SIGURG, "
-			  "or the hold was not in place yet); such tensors are described without stats");
-		return;
-	}
-	int64_t span = span_of(t, d);
-	if (span < 0 || d->offset < 0 || d->dev_type != 0 || !d->data ||
-	    (uint64_t)(d->offset + span) * isz > d->nbytes) {
-		warn_once(&ctx->warned_read, "warning: --numeric: a tensor's extent does not fit "
-			  "its storage (or its storage is not in CPU memory); such tensors are "
-			  "described without stats");
-		return;
-	}
-	if ((uint64_t)span * isz > NUMERIC_MAX_BYTES) {
-		warn_once(&ctx->warned_big, "warning: --numeric: a tensor spans more than 1 GiB of "
-			  "storage; tensors that large are described without stats");
-		return;
-	}
-	uint8_t *raw = malloc((size_t)span * isz);
-	uint64_t at_addr = d->data + (uint64_t)d->offset * isz;
-	if (probe_read && raw && probe_read->addr == at_addr &&
-	    probe_read->len == (uint64_t)span * isz) {
-		memcpy(raw, probe_read->data, probe_read->len); /* read at the probe */
-	} else if (!raw || !ctx->held || pm_read(ctx->reader, at_addr, raw, (size_t)span * isz)) {
-		free(raw);
-		warn_once(&ctx->warned_read, "warning: --numeric: a tensor's values could not be "
-			  "read from the target; such tensors are described without stats");
-		return;
-	}
-	/* visit every element in index order (an odometer over the sizes) */
 	int64_t idx[TENSOR_MAX_DIMS] = {0};
 	int64_t at = 0;
-	size_t count = (size_t)t->numel;
-	if (!is_float(dtype)) {
-		const uint8_t *lo = NULL, *hi = NULL;
-		for (size_t e = 0; e < count; e++) {
-			const uint8_t *p = raw + (size_t)at * isz;
-			if (!lo || cmp_int(p, lo, dtype) < 0)
-				lo = p;
-			if (!hi || cmp_int(p, hi, dtype) > 0)
-				hi = p;
-			for (int k = (int)t->ndim - 1; k >= 0; k--) {
-				at += d->strides[k];
-				if (++idx[k] < t->sizes[k])
-					break;
-				at -= d->strides[k] * t->sizes[k];
-				idx[k] = 0;
-			}
-		}
-		buf_puts(out, ", \"stats\": {\"min\": ");
-		jw_float(out, int_as_float32(lo, dtype));
-		buf_puts(out, ", \"max\": ");
-		jw_float(out, int_as_float32(hi, dtype));
-		buf_putc(out, '}');
-		free(raw);
-		return;
+	const uint8_t *lo = NULL, *hi = NULL;
+	for (size_t e = 0; e < (size_t)t->numel; e++) {
+		const uint8_t *p = raw + (size_t)at * isz;
+		if (!lo || cmp_int(p, lo, dtype) < 0)
+			lo = p;
+		if (!hi || cmp_int(p, hi, dtype) > 0)
+			hi = p;
+		odometer_next(t, d, idx, &at);
 	}
+	buf_puts(out, ", \"stats\": {\"min\": ");
+	jw_float(out, int_as_float32(lo, dtype));
+	buf_puts(out, ", \"max\": ");
+	jw_float(out, int_as_float32(hi, dtype));
+	buf_putc(out, '}');
+}
+
+/* A floating tensor's stats: the non-finite counts, then min, max, mean, std and median
+ * of the finite values (compensated sums in long double). */
+static void float_stats(struct describe_ctx *ctx, const uint8_t *raw, const struct dnode_tensor *t,
+			const struct dnode_tensor_data *d, int dtype, struct buf *out)
+{
+	unsigned isz = itemsize(dtype);
+	size_t count = (size_t)t->numel;
+	int64_t idx[TENSOR_MAX_DIMS] = {0};
+	int64_t at = 0;
 	double *v = malloc(count * sizeof(double));
 	size_t finite = 0, nan = 0, posinf = 0, neginf = 0;
 	for (size_t e = 0; v && e < count; e++) {
@@ -296,15 +240,8 @@ void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct
 			x > 0 ? posinf++ : neginf++;
 		else
 			v[finite++] = x;
-		for (int k = (int)t->ndim - 1; k >= 0; k--) {
-			at += d->strides[k];
-			if (++idx[k] < t->sizes[k])
-				break;
-			at -= d->strides[k] * t->sizes[k];
-			idx[k] = 0;
-		}
+		odometer_next(t, d, idx, &at);
 	}
-	free(raw);
 	if (!v) {
 		warn_once(&ctx->warned_read, "warning: --numeric: no memory for a tensor's values");
 		return;
@@ -345,6 +282,85 @@ void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct
 	buf_putc(out, '}');
 	free(v);
 	numeric_note_nonfinite(ctx, t, dtype, cn, cp, cm);
+}
+
+void numeric_stats(struct describe_ctx *ctx, const struct dnode *n, const struct dnode_tensor *t,
+		   int dtype, struct buf *out)
+{
+	if (t->numel == 0) {
+		buf_puts(out, ", \"stats\": {\"empty\": true}");
+		return;
+	}
+	int cuda = t->device_type == 1 && ctx->cuda_stats; /* --cupti: the agent reads them */
+	if (t->device_type != 0 && !cuda) {
+		warn_once(&ctx->warned_cuda, "warning: --numeric: tensors on a device (CUDA) are "
+			  "described without stats: their values are in device memory, which only "
+			  "the CUPTI agent can read (launch mode: evmbpf --cupti --numeric -- COMMAND)");
+		return;
+	}
+	unsigned isz = itemsize(dtype);
+	if (!isz) {
+		warn_once(&ctx->warned_dtype, "warning: --numeric: tensors of a complex, quantized "
+			  "or 8-bit float dtype are described without stats");
+		return;
+	}
+	const struct dnode_tensor_data *d = (const void *)&t->sizes[t->ndim];
+	size_t need = sizeof(*n) + sizeof(*t) + 16u * t->ndim + sizeof(*d);
+	const struct numeric_bytes *probe_read = NULL;
+	if (cuda) {
+		int64_t cspan = (n->flags & N_F_DATA) && n->size >= need && d->ok ? span_of(t, d) : -1;
+		if (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held) {
+			warn_once(&ctx->warned_unheld, "warning: --numeric: a tensor's values could "
+				  "not be read while its thread was held at the call (the thread blocks "
+				  "SIGURG, or the hold was not in place yet); such tensors are described "
+				  "without stats");
+		} else if (cspan < 0 || d->offset < 0 || d->dev_type != 1 || !d->data ||
+			   (uint64_t)(d->offset + cspan) * isz > d->nbytes) {
+			warn_once(&ctx->warned_read, "warning: --numeric: a CUDA tensor's extent does "
+				  "not fit its storage (or a negative stride); such tensors are described "
+				  "without stats");
+		} else {
+			ctx->cuda_stats(ctx, t, d, dtype, out);
+		}
+		return;
+	}
+	if ((n->flags & N_F_DATA) && (n->flags & N_F_BYTES) && n->size >= need && d->ok)
+		probe_read = find_bytes(ctx, d->seq);
+	if (!probe_read && (!(n->flags & N_F_DATA) || n->size < need || !d->ok || !ctx->held)) {
+		warn_once(&ctx->warned_unheld, "warning: --numeric: a tensor's values could not "
+			  "be read while its thread was held at the call (the thread blocks SIGURG, "
+			  "or the hold was not in place yet); such tensors are described without stats");
+		return;
+	}
+	int64_t span = span_of(t, d);
+	if (span < 0 || d->offset < 0 || d->dev_type != 0 || !d->data ||
+	    (uint64_t)(d->offset + span) * isz > d->nbytes) {
+		warn_once(&ctx->warned_read, "warning: --numeric: a tensor's extent does not fit "
+			  "its storage (or its storage is not in CPU memory); such tensors are "
+			  "described without stats");
+		return;
+	}
+	if ((uint64_t)span * isz > NUMERIC_MAX_BYTES) {
+		warn_once(&ctx->warned_big, "warning: --numeric: a tensor spans more than 1 GiB of "
+			  "storage; tensors that large are described without stats");
+		return;
+	}
+	uint8_t *raw = malloc((size_t)span * isz);
+	uint64_t at_addr = d->data + (uint64_t)d->offset * isz;
+	if (probe_read && raw && probe_read->addr == at_addr &&
+	    probe_read->len == (uint64_t)span * isz) {
+		memcpy(raw, probe_read->data, probe_read->len); /* read at the probe */
+	} else if (!raw || !ctx->held || pm_read(ctx->reader, at_addr, raw, (size_t)span * isz)) {
+		free(raw);
+		warn_once(&ctx->warned_read, "warning: --numeric: a tensor's values could not be "
+			  "read from the target; such tensors are described without stats");
+		return;
+	}
+	if (is_float(dtype))
+		float_stats(ctx, raw, t, d, dtype, out);
+	else
+		int_stats(raw, t, d, dtype, out);
+	free(raw);
 }
 
 void numeric_note_nonfinite(struct describe_ctx *ctx, const struct dnode_tensor *t, int dtype,

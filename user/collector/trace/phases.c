@@ -1,11 +1,15 @@
 /* Phases: the host's markers (records of the BPF side's marker probe), the --phase
  * rules and their glob matching on the frames under an outermost call, and naming code
  * objects (co_qualname, or on 3.9/3.10 a method's class from its first argument). */
-#include "trace_parts.h"
+#include "phases.h"
 
 #include <fnmatch.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "stacks.h"
+#include "target.h"
 
 /* The phase a record was made in: the name of the innermost phase marker active on its
  * thread, as the BPF side saw it, or "other". */
@@ -47,20 +51,6 @@ static const char *phase_of(struct trace *t, uint64_t marker)
 		if (t->markers[i].gen == marker)
 			return t->markers[i].name;
 	return DEFAULT_PHASE;
-}
-
-int phase_rule_parse(const char *text, struct phase_rule *out)
-{
-	const char *eq = strchr(text, '=');
-	if (!eq || eq == text || !eq[1])
-		return -1;
-	const char *pattern = eq + 1, *colon = strchr(pattern, ':');
-	if (colon && (colon == pattern || !colon[1]))
-		return -1;
-	out->name = strndup(text, eq - text);
-	out->module = colon ? strndup(pattern, colon - pattern) : NULL;
-	out->qualname = xstrdup(colon ? colon + 1 : pattern);
-	return 0;
 }
 
 /* Does a code object's file name a module matching `glob`? The file's path is read as a

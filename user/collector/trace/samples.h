@@ -1,5 +1,5 @@
 /* The host's note_samples(contexts) and without_samples(), seen from outside: the
- * watch on note_samples (session side) and the documents it names (trace side). */
+ * documents each forward covers (its watch is session/samples_watch.c's). */
 #ifndef EVMBPF_SAMPLES_H
 #define EVMBPF_SAMPLES_H
 
@@ -7,17 +7,8 @@
 
 #include "evmbpf.h"
 
-struct session;
 struct trace;
 struct buf;
-
-/* Probe evalmetry/debug.py's module body (PyEval_EvalCode), and arm the watch at once
- * when the host has imported it already (--pid). Never fails the session. */
-void samples_attach(struct session *s);
-/* REC_SAMPLES_HOST: the module body has run; find note_samples and arm the watch. */
-void samples_host_record(struct session *s, const struct rec_samples *r);
-/* Every watch and probe of this file gone (with the other probes). */
-void samples_detach(struct session *s);
 
 /* REC_SAMPLES: read the contexts as the reference's set_samples does, reconcile the
  * thread's stack ("a new batch was declared"). */

@@ -1,12 +1,13 @@
 /* The module calls open on each thread, as the reference's per-thread stack keeps
  * them, and its reconcile rules: frames left by an exception or never seen to return
  * become `unwound` events, outermost first, with the reason the reference gives. */
-#include "trace_parts.h"
+#include "stacks.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "jsonw.h"
+#include "trace_writer.h"
 
 struct thread_stack *stack_of(struct trace *t, uint32_t tid)
 {
@@ -94,4 +95,15 @@ int stacks_running(const struct trace *t)
 			if (!t->threads[i].frames[k].raised)
 				return 1;
 	return 0;
+}
+
+void stacks_free(struct trace *t)
+{
+	for (size_t i = 0; i < t->nthreads; i++) {
+		stack_truncate(&t->threads[i], 0);
+		free(t->threads[i].frames);
+	}
+	free(t->threads);
+	t->threads = NULL;
+	t->nthreads = 0;
 }

@@ -1,22 +1,34 @@
 /* Records to events: the model and its module names at the first call, `forward`,
  * `enter` and `exit` events (orphan exits too) from the BPF side's records, in the
  * order they come from the ring buffer. */
-#include "trace_parts.h"
+#include "trace.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <bpf/bpf.h>
 
 #include "bound.h"
+#include "cudamem.h"
 #include "describe.h"
+#include "error.h"
 #include "gpu_calls.h"
+#include "hwwatch.h"
 #include "jsonw.h"
 #include "modfilter.h"
 #include "numeric.h"
+#include "phases.h"
+#include "pyre.h"
 #include "samples.h"
+#include "sink.h"
+#include "stacks.h"
+#include "target.h"
+#include "trace_writer.h"
 
-const char *trace_type_name(void *arg, uint64_t type)
+/* The name of a type for descriptions (struct describe_ctx's callback). */
+static const char *trace_type_name(void *arg, uint64_t type)
 {
 	struct trace *t = arg;
 	/* small direct-mapped cache; names of live types do not change */
@@ -431,4 +443,116 @@ void trace_record(struct trace *t, const void *data, size_t size)
 			samples_record(t, data);
 		break;
 	}
+}
+
+/* ------------------------------------------------------------------ a trace's life */
+
+int phase_rule_parse(const char *text, struct phase_rule *out)
+{
+	const char *eq = strchr(text, '=');
+	if (!eq || eq == text || !eq[1])
+		return -1;
+	const char *pattern = eq + 1, *colon = strchr(pattern, ':');
+	if (colon && (colon == pattern || !colon[1]))
+		return -1;
+	out->name = strndup(text, eq - text);
+	out->module = colon ? strndup(pattern, colon - pattern) : NULL;
+	out->qualname = xstrdup(colon ? colon + 1 : pattern);
+	return 0;
+}
+
+int trace_open(struct trace *t, struct target *target, const char *path, int force,
+	       const struct trace_opts *opts)
+{
+	memset(t, 0, sizeof(*t));
+	t->type_map_fd = -1;
+	t->target = target;
+	t->opts = *opts;
+	t->out_path = path;
+	if (opts->modules) {
+		char why[512];
+		if (!(t->pattern = pyre_compile(opts->modules, why, sizeof(why)))) {
+			warnx_("--modules %s", why);
+			return -1;
+		}
+		debugx("--modules runs as the PCRE2 pattern %s", pyre_pcre2(t->pattern));
+	}
+	/* one per trace: several processes are traced at once, each with its own memory */
+	t->dctx = xcalloc(1, sizeof(*t->dctx));
+	t->dctx->type_name = trace_type_name;
+	t->dctx->arg = t;
+	t->dctx->reader = &target->reader;
+	if (opts->numeric)
+		t->dctx->tensor_stats = numeric_stats;
+
+	struct timespec rt, mono;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mono);
+	t->boot_to_realtime_ns = (rt.tv_sec - mono.tv_sec) * 1000000000ULL + rt.tv_nsec - mono.tv_nsec;
+
+	if (!(t->file = sink_file_open(path, force)))
+		return -1;
+	t->sink = opts->tail > 0 ? sink_tail_new(t->file, (size_t)opts->tail) : t->file;
+	return 0;
+}
+
+int trace_is_open(const struct trace *t)
+{
+	return t->file != NULL;
+}
+
+int trace_out_fd(const struct trace *t)
+{
+	return t->file ? sink_file_fd(t->file) : -1;
+}
+
+int trace_flush(struct trace *t)
+{
+	return t->sink ? sink_flush(t->sink) : 0;
+}
+
+/* What the records built, freed (the sinks apart). */
+static void free_state(struct trace *t)
+{
+	stacks_free(t);
+	free(t->last_exc);
+	t->last_exc = NULL;
+	numeric_bytes_free(t->dctx);
+	free(t->dctx);
+	t->dctx = NULL;
+	modtree_free(&t->mods);
+	pyre_free(t->pattern);
+	t->pattern = NULL;
+}
+
+int trace_close(struct trace *t)
+{
+	if (!t->sink) {
+		free_state(t);
+		return 0;
+	}
+	int64_t next_i = t->seq + 1; /* of a line written here */
+	sink_finish(t->sink, &next_i);
+	if (!sink_file_error(t->file) && t->events && !hw_watch_works())
+		trace_write_unobservable(t, next_i);
+	int err = sink_flush(t->sink);
+	if (err && !t->write_reported)
+		warnx_("cannot write %s: %s", t->out_path, strerror(err));
+	sink_free(t->sink);
+	t->sink = t->file = NULL;
+	free_state(t);
+	return err ? -1 : 0;
+}
+
+void trace_abandon(struct trace *t)
+{
+	while (t->sink && t->sink != t->file) {
+		struct sink *next = t->sink->next;
+		t->sink->ops->free(t->sink);
+		t->sink = next;
+	}
+	if (t->file)
+		sink_file_discard(t->file, t->out_path);
+	t->sink = t->file = NULL;
+	free_state(t);
 }

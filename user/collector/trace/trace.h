@@ -1,133 +1,31 @@
 /* The trace the reference in-process tracer would have written, rebuilt from the probe
- * records: module paths, call and forward ids, depth, reconcile, errors, tail mode. */
+ * records: module paths, call and forward ids, depth, reconcile, errors, tail mode.
+ * What the rest of evmbpf does with a trace: open it, give it records, close it (its
+ * end, error.h's trace_finish, comes first). */
 #ifndef EVMBPF_TRACE_H
 #define EVMBPF_TRACE_H
 
 #include <stdint.h>
 #include <stdio.h>
 
-#include "evmbpf.h"
-#include "modtree.h"
-#include "pyre.h"
-#include "target.h"
-#include "cudamem.h"
-#include "util.h"
-
-struct gpu_calls;
-
-struct frame {
-	const struct mod_entry *mod;
-	int64_t call_id;
-	char *phase;
-	char *args;   /* JSON of the described args, kept for `unwound` */
-	int raised;   /* an exception left it: it is not running any more */
-};
-
-struct thread_stack {
-	uint32_t tid;
-	int64_t forward;   /* the forward this thread is in: threads never share one */
-	struct frame *frames;
-	size_t depth, cap;
-	/* --phase rules: the frames under the next outermost call, and the phase they gave */
-	uint64_t codes[STACK_FRAMES_MAX], firsts[STACK_FRAMES_MAX];
-	uint32_t ncodes;
-	const char *rule_phase;
-};
-
-/* --phase NAME=[MODULE:]QUALNAME, globs on both */
-struct phase_rule {
-	char *name;
-	char *module;   /* NULL: any */
-	char *qualname;
-};
-
-struct trace_opts {
-	const char *modules;     /* --modules REGEX, or NULL */
-	long tail;               /* --tail N, 0 = stream */
-	const char *argv_note;   /* how the tracer was started, for the header */
-	struct phase_rule *rules;
-	size_t nrules;
-	int numeric;             /* --numeric: tensor stats, input_numeric events */
-	int stop_on_nonfinite;   /* --stop-on-nonfinite (implies numeric) */
-};
+#include "trace_state.h"
 
 /* Parse NAME=[MODULE:]QUALNAME; -1 when it is not of that form. */
 int phase_rule_parse(const char *text, struct phase_rule *out);
-
-struct trace {
-	FILE *out;
-	const char *out_path;
-	struct trace_opts opts;
-	struct pyre *pattern;            /* --modules, or NULL */
-	struct target *target;
-	struct describe_ctx *dctx;
-	int type_map_fd;                 /* the BPF side's type names, or -1 */
-	uint64_t type_tag;               /* this process's tag on its keys (procslot.h) */
-
-	int header_written;
-	char model_type[64];             /* model.config.model_type, "" when none */
-	int64_t seq, call_id, forward_id;
-	uint64_t root;
-	struct modtree mods;
-
-	struct thread_stack *threads;
-	size_t nthreads;
-
-	/* tail mode: the last N lines */
-	char **ring;
-	size_t ring_head, ring_count;
-
-	/* phase markers seen: generator address -> name */
-#define MARKER_SLOTS 512
-	struct {
-		uint64_t gen;
-		char name[MARKER_NAME_MAX];
-		uint64_t parent; /* the marker active around it when it began */
-		uint32_t kind;   /* MARKER_KIND_* */
-	} markers[MARKER_SLOTS];
-	/* note_samples: the reference's samples (JSON) and batch_rows; NULL: none */
-	char *samples;
-	int64_t batch_rows;
-
-	struct rec_exception *last_exc;  /* uncaught exception, if one reached the top */
-	char last_phase[64];             /* the phase of the last module entered (the status line's,
-	                                  * between forwards) */
-	int ended;
-	int write_failed;
-	uint64_t records, events, unknown_modules;
-	uint64_t boot_to_realtime_ns;    /* add to bpf_ktime_get_ns for wall-clock ns */
-	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
-	                                  * of events it causes (unwound frames, errors) */
-	int write_reported;              /* write_failed has been said on stderr */
-	struct rec_orphan early[64];     /* orphans seen before the model was known */
-	struct rec_bound_enter bound;    /* a bound call's entry, described by the next REC_ENTER */
-	size_t nearly;
-	uint64_t end_ns;                 /* the target's exit, when its record came; else 0 */
-	int held;                        /* --numeric: the record being read holds its thread */
-	struct gpu_calls *gpu;           /* --cupti: module calls' intervals, or NULL */
-	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
-	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
-	                                  * a NaN or an Inf; the trace has ended there */
-};
 
 int trace_open(struct trace *t, struct target *target, const char *path, int force,
 	       const struct trace_opts *opts);
 /* One record from the ring buffer. */
 void trace_record(struct trace *t, const void *data, size_t size);
-/* Is this code object Module.__call__'s (_call_impl / _wrapped_call_impl)? `first` is
- * the frame's first local (it names a method's class on 3.9/3.10). */
-int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first);
-/* A frame's first local as an object: through the cell it is kept in when a closure
- * captures it (3.11+; torch 2's Module._call_impl does that to self). */
-uint64_t trace_first_object(struct trace *t, uint64_t first);
-/* --stop-on-nonfinite: the reference's NonFiniteOutput error at the frame still open
- * (detected_at: culprit) and the frames unwound as `session ended`; the trace ends. */
-void trace_finish_nonfinite(struct trace *t, uint32_t tid, const char *culprit,
-			    const char *message);
-/* The end: `exit_code` as wait(2) encodes it, or -1 when evmbpf detached first. */
-void trace_finish(struct trace *t, int exit_code);
+/* The end of the trace: what the sinks keep is written (the --tail lines), then the
+ * closing mark; 0, or -1 when the file could not be written (said on stderr). */
 int trace_close(struct trace *t);
-/* Mention the drops the BPF side counted (written at the end). */
-void trace_set_dropped(struct trace *t, uint64_t dropped);
+/* A trace that never began: closed, its file removed. */
+void trace_abandon(struct trace *t);
+int trace_is_open(const struct trace *t);
+/* Write out what the file's buffer holds: 0, or the errno of the first failure. */
+int trace_flush(struct trace *t);
+/* The file's descriptor (its size, for the status line), or -1 (stdout). */
+int trace_out_fd(const struct trace *t);
 
 #endif

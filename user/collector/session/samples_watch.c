@@ -1,0 +1,152 @@
+/* note_samples' watch (the session side of samples.c): a hardware breakpoint on its
+ * first code unit, one per thread, with samples.bpf.h's program on it, armed at the attach
+ * or when evalmetry.debug's module body has run. See samples.c and docs/design.md,
+ * "Documents in flight". */
+#include "samples_watch.h"
+
+#include <errno.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <linux/hw_breakpoint.h>
+
+#include "hwwatch.h"
+#include "session_state.h"
+#include "uprobes.h"
+#include "procstate.h"
+#include "util.h"
+#include "watchdog.h"
+
+#define WATCH_MAX 1024
+
+struct samples_watch {
+	struct bpf_link *exec[2];      /* PyEval_EvalCode entry and return */
+	struct bpf_link *watch[WATCH_MAX]; /* one per thread armed at the start */
+	int nwatch;
+	uint64_t code;                 /* note_samples' code object */
+};
+
+static int armed_said;
+
+static int watch_thread(struct session *s, pid_t tid, uint64_t addr)
+{
+	struct samples_watch *w = s->samples;
+	if (w->nwatch >= WATCH_MAX)
+		return -1;
+	/* x86 has no read-only breakpoints: fetches are reads; threads this one starts later
+	 * are watched too */
+	int fd = hw_watch_open(tid, HW_BREAKPOINT_RW, addr, HW_BREAKPOINT_LEN_1,
+			       HW_WATCH_SAMPLE | HW_WATCH_INHERIT);
+	if (fd < 0)
+		return -1;
+	struct bpf_link *l = bpf_program__attach_perf_event(s->skel->progs.samples_watch, fd);
+	if (!l) {
+		close(fd);
+		return -1;
+	}
+	w->watch[w->nwatch++] = l;
+	return 0;
+}
+
+/* The watch on note_samples' first code unit, on every thread of the target. */
+static void arm(struct session *s, uint64_t globals)
+{
+	struct samples_watch *w = s->samples;
+	const struct target *t = &s->target;
+	const struct pyreader *r = &t->reader;
+	const struct py_offsets *o = t->off;
+	if (!w || w->code || !globals)
+		return;
+	uint64_t fn = py_dict_get_str(r, globals, "note_samples");
+	uint64_t code = fn ? pm_u64(r, fn + o->func_code, NULL) : 0;
+	if (!code) {
+		debugx("evalmetry.debug has no note_samples: documents are not followed");
+		return;
+	}
+	uint64_t addr;
+	if (o->version < 311) {
+		/* 3.9/3.10: the code units are co_code's bytes (PyCodeObject.co_code at 48 on
+		 * both, after seven ints; PyBytesObject.ob_sval at 32) */
+		uint64_t bytes = pm_u64(r, code + 48, NULL);
+		char tn[16] = "";
+		if (!bytes || py_type_name(r, py_type(r, bytes), tn, sizeof(tn)) || strcmp(tn, "bytes"))
+			return;
+		addr = bytes + 32;
+	} else {
+		/* code units start right after the code object's fixed part (co_code_adaptive) */
+		uint64_t basic = pm_u64(r, py_type(r, code) + o->tp_basicsize, NULL);
+		if (!basic || basic > 512)
+			return;
+		addr = code + basic;
+	}
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/task", t->pid);
+	DIR *d = opendir(dir);
+	int armed = 0, failed = 0, err = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		pid_t tid = (pid_t)atoi(e->d_name);
+		if (tid <= 0)
+			continue;
+		if (watch_thread(s, tid, addr)) {
+			failed++;
+			err = errno;
+		} else {
+			armed++;
+		}
+	}
+	if (d)
+		closedir(d);
+	if (failed && !armed_said++)
+		warnx_("note: note_samples() is not watched on %d of the target's %d threads (%s): "
+		       "documents it declares there are not in the trace", failed, failed + armed,
+		       strerror(err));
+	if (!armed)
+		return;
+	w->code = code;
+	s->ps->samples_code = code;
+	debugx("note_samples watched at %#lx on %d threads", (unsigned long)addr, armed);
+}
+
+void samples_attach(struct session *s)
+{
+	struct target *t = &s->target;
+	if (!t->eval_code_off || !t->runtime || !hw_watch_works())
+		return; /* no breakpoint fires here: not observable, said once (hwwatch.c) */
+	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
+	memset(w, 0, sizeof(*w));
+	s->ps->samples_hold = session_may_hold(s);
+	if (s->ps->samples_hold)
+		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
+	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,
+				   t->eval_code_off, "PyEval_EvalCode");
+	w->exec[1] = attach_uprobe(s->skel->progs.host_exec_exit, 1, t->pid, t->py_open,
+				   t->eval_code_off, "PyEval_EvalCode (return)");
+	/* already imported (--pid): sys.modules["evalmetry.debug"].__dict__ */
+	const struct pyreader *r = &t->reader;
+	uint64_t interp = pm_u64(r, t->runtime + t->off->rt_interp_main, NULL);
+	uint64_t modules = interp ? pm_u64(r, interp + t->off->interp_modules, NULL) : 0;
+	uint64_t mod = modules ? py_dict_get_str(r, modules, "evalmetry.debug") : 0;
+	if (mod)
+		arm(s, pm_u64(r, mod + 16 /* PyModuleObject.md_dict */, NULL));
+}
+
+void samples_host_record(struct session *s, const struct rec_samples *r)
+{
+	arm(s, r->obj);
+}
+
+void samples_detach(struct session *s)
+{
+	struct samples_watch *w = s->samples;
+	if (!w)
+		return;
+	for (int i = 0; i < 2; i++)
+		if (w->exec[i])
+			bpf_link__destroy(w->exec[i]);
+	for (int i = 0; i < w->nwatch; i++)
+		bpf_link__destroy(w->watch[i]); /* closes the event: its inherited copies go too */
+	free(w);
+	s->samples = NULL;
+}

@@ -1,0 +1,217 @@
+/* The sinks a trace's lines go through (sink.h): the chain, the file, the --tail keeper. */
+#include "sink.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void sink_pass(struct sink *s, struct buf *line)
+{
+	if (s->next)
+		sink_put(s->next, line);
+}
+
+void sink_finish(struct sink *chain, int64_t *next_i)
+{
+	for (struct sink *s = chain; s; s = s->next) {
+		if (!s->finished && s->ops->finish)
+			s->ops->finish(s, next_i);
+		s->finished = 1;
+	}
+}
+
+int sink_flush(struct sink *chain)
+{
+	int err = 0;
+	for (struct sink *s = chain; s; s = s->next) {
+		int e = s->ops->flush ? s->ops->flush(s) : 0;
+		if (e && !err)
+			err = e;
+	}
+	return err;
+}
+
+void sink_free(struct sink *chain)
+{
+	while (chain) {
+		struct sink *next = chain->next;
+		chain->ops->free(chain);
+		chain = next;
+	}
+}
+
+/* The file */
+
+struct file_sink {
+	struct sink base;
+	FILE *f;
+	int error;   /* the first write error (errno); nothing is written after it */
+};
+
+static void file_put(struct sink *s, struct buf *line)
+{
+	struct file_sink *fs = (struct file_sink *)s;
+	if (!fs->error && fwrite(line->data, 1, line->len, fs->f) != line->len)
+		fs->error = errno ? errno : EIO;
+}
+
+static int file_flush(struct sink *s)
+{
+	struct file_sink *fs = (struct file_sink *)s;
+	if (fs->f && fflush(fs->f) && !fs->error)
+		fs->error = errno ? errno : EIO;
+	return fs->error;
+}
+
+static void file_free(struct sink *s)
+{
+	struct file_sink *fs = (struct file_sink *)s;
+	if (fs->f && fs->f != stdout)
+		fclose(fs->f);
+	free(fs);
+}
+
+static const struct sink_ops file_ops = {
+	.put = file_put, .flush = file_flush, .free = file_free,
+};
+
+struct sink *sink_file_stream(FILE *f)
+{
+	struct file_sink *fs = xcalloc(1, sizeof(*fs));
+	fs->base.ops = &file_ops;
+	fs->f = f;
+	return &fs->base;
+}
+
+struct sink *sink_file_open(const char *path, int force)
+{
+	if (!strcmp(path, "-"))
+		return sink_file_stream(stdout);
+	int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
+	int fd = open(path, flags, 0600);
+	if (fd < 0) {
+		if (errno == EEXIST)
+			warnx_("%s exists; evmbpf does not overwrite a file it did not create "
+			       "(remove it, pick another --out, or pass --force)", path);
+		else if (errno == ELOOP)
+			warnx_("%s is a symbolic link; evmbpf does not follow it (name the real file)",
+			       path);
+		else
+			warnx_("cannot create %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		warnx_("%s is not a regular file", path);
+		close(fd);
+		return NULL;
+	}
+	/* under sudo, the trace belongs to the user who asked for it */
+	const char *uid = getenv("SUDO_UID"), *gid = getenv("SUDO_GID");
+	if (uid && gid && fchown(fd, (uid_t)atoi(uid), (gid_t)atoi(gid)))
+		debugx("cannot give %s to uid %s: %s", path, uid, strerror(errno));
+	FILE *f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		return NULL;
+	}
+	/* a streaming trace is written in big pieces: fewer write(2)s for the collector
+	 * (the loop flushes every pass anyway) */
+	setvbuf(f, NULL, _IOFBF, 1 << 20);
+	return sink_file_stream(f);
+}
+
+int sink_file_fd(const struct sink *s)
+{
+	const struct file_sink *fs = (const struct file_sink *)s;
+	return fs->f && fs->f != stdout ? fileno(fs->f) : -1;
+}
+
+int sink_file_error(const struct sink *s)
+{
+	return ((const struct file_sink *)s)->error;
+}
+
+void sink_file_discard(struct sink *s, const char *path)
+{
+	struct file_sink *fs = (struct file_sink *)s;
+	int file = fs->f && fs->f != stdout;
+	file_free(s);
+	if (file)
+		unlink(path);
+}
+
+/* --tail N */
+
+struct tail_sink {
+	struct sink base;
+	char **ring;
+	size_t cap, head, count;
+};
+
+static void tail_put(struct sink *s, struct buf *line)
+{
+	struct tail_sink *ts = (struct tail_sink *)s;
+	if (s->finished) {
+		sink_pass(s, line);
+		return;
+	}
+	size_t slot = (ts->head + ts->count) % ts->cap;
+	if (ts->count == ts->cap) {
+		free(ts->ring[ts->head]);
+		ts->head = (ts->head + 1) % ts->cap;
+		slot = (ts->head + ts->count - 1) % ts->cap;
+	} else {
+		ts->count++;
+	}
+	ts->ring[slot] = line->data;
+	line->data = NULL;
+	line->len = line->cap = 0;
+}
+
+static void tail_finish(struct sink *s, int64_t *next_i)
+{
+	struct tail_sink *ts = (struct tail_sink *)s;
+	for (size_t k = 0; k < ts->count; k++) {
+		char *text = ts->ring[(ts->head + k) % ts->cap];
+		struct buf line = { .data = text, .len = strlen(text), .cap = strlen(text) + 1 };
+		ts->ring[(ts->head + k) % ts->cap] = NULL;
+		sink_pass(s, &line);
+		buf_free(&line);
+	}
+	int64_t dropped = *next_i - 1 - (int64_t)ts->count;
+	ts->count = 0;
+	if (dropped > 0) {
+		struct buf line = {0};
+		buf_printf(&line, "{\"event\": \"dropped\", \"count\": %lld, \"i\": %lld}\n",
+			   (long long)dropped, (long long)(*next_i)++);
+		sink_pass(s, &line);
+		buf_free(&line);
+	}
+}
+
+static void tail_free(struct sink *s)
+{
+	struct tail_sink *ts = (struct tail_sink *)s;
+	for (size_t k = 0; k < ts->cap; k++)
+		free(ts->ring[k]);
+	free(ts->ring);
+	free(ts);
+}
+
+static const struct sink_ops tail_ops = {
+	.put = tail_put, .finish = tail_finish, .free = tail_free,
+};
+
+struct sink *sink_tail_new(struct sink *next, size_t n)
+{
+	struct tail_sink *ts = xcalloc(1, sizeof(*ts));
+	ts->base.ops = &tail_ops;
+	ts->base.next = next;
+	ts->cap = n;
+	ts->ring = xcalloc(n, sizeof(*ts->ring));
+	return &ts->base;
+}

@@ -1,0 +1,17 @@
+/* The trace's lines (trace_writer.c): events closed and handed to the trace's sinks. */
+#ifndef EVMBPF_TRACE_WRITER_H
+#define EVMBPF_TRACE_WRITER_H
+
+#include "trace_state.h"
+
+/* Close an event (the reference's "i", then tid and ts_ns when tid is not 0; ts 0: the
+ * time of the record being read) and write it; the header, once. */
+void trace_emit(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts);
+void trace_header(struct trace *t);
+/* Mention the drops the BPF side counted (where they were seen, and at the end). */
+void trace_set_dropped(struct trace *t, uint64_t dropped);
+/* The closing mark of a machine whose hardware breakpoints do not fire: what the trace
+ * could not observe, as line number i. */
+void trace_write_unobservable(struct trace *t, int64_t i);
+
+#endif

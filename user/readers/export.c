@@ -16,7 +16,8 @@
 #include "export_speedscope.h"
 #include "export_timeline.h"
 #include "reader_format.h"
-#include "reader_json.h"
+#include "reader_keymap.h"
+#include "reader_pyv.h"
 #include "reader_trace.h"
 #include "util.h"
 

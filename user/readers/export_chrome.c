@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "reader_pyv.h"
 
 /* ---- JSON text ---- */
 

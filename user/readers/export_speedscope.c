@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "jsonw.h"
+#include "reader_keymap.h"
+#include "reader_pyv.h"
 
 #define SPEEDSCOPE_SCHEMA "https://www.speedscope.app/file-format-schema.json"
 

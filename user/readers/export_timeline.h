@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "reader_json.h"
+#include "reader_keymap.h"
 #include "reader_trace.h"
 #include "util.h"
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "pyfmt.h"
+#include "reader_keymap.h"
 
 const cJSON *rd_or_empty(const cJSON *v)
 {

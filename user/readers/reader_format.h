@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "reader_json.h"
+#include "reader_pyv.h"
 #include "util.h"
 
 /* Most copies of an indent ('  ' * depth) written; Python would build any size. */

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "reader_format.h"
+#include "reader_keymap.h"
+#include "reader_pyv.h"
 
 static struct rd_fwd *record(struct rd_index *x, const cJSON *number)
 {

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "reader_json.h"
+#include "reader_keymap.h"
 #include "reader_trace.h"
 
 struct rd_fwd {

@@ -11,6 +11,8 @@
 
 #include "reader_cmds.h"
 #include "reader_format.h"
+#include "reader_keymap.h"
+#include "reader_pyv.h"
 #include "reader_trace.h"
 
 struct call {

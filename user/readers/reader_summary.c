@@ -16,6 +16,7 @@
 #include "reader_cmds.h"
 #include "reader_format.h"
 #include "reader_index.h"
+#include "reader_pyv.h"
 #include "reader_trace.h"
 
 #define UNWOUND_KEPT 65536

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "pyfmt.h"
+#include "reader_pyv.h"
 
 size_t rd_read_chunk = 1u << 20;
 

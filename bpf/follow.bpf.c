@@ -10,7 +10,13 @@
  * not follow fork. The child is stopped before its first instruction
  * (bpf_send_signal_task from the fork tracepoint, which runs in the parent) until its own
  * probes are placed. A vfork child shares its parent's memory, and execs or exits at
- * once: it is never stopped. Nothing of the target is read or written here. */
+ * once: it is never stopped. Nothing of the target is read or written here.
+ *
+ * `evmbpf record` (follow_node): every exec on the node is reported, and never stopped:
+ * the recorder looks at the process a moment later, once its libraries are mapped, and
+ * traces it when it is Python; the processes it traces are followed as above. The OOM
+ * killer's choice of a followed process is reported (oom:mark_victim), so that its trace
+ * can tell it from a `kill -9`. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -34,6 +40,7 @@ struct {
 } follow_events SEC(".maps");
 
 __u64 follow_dropped = 0;
+const volatile int follow_node = 0;  /* evmbpf record: report every exec */
 
 static __always_inline void report(__u32 kind, __u32 pid, __u32 tid, __u32 why, __s32 code)
 {
@@ -87,7 +94,21 @@ static __always_inline int stop_here(__u32 why)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(follow_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (follow_node && !bpf_map_lookup_elem(&followed, &tgid)) {
+		report(FOLLOW_NODE_EXEC, tgid, (__u32)bpf_get_current_pid_tgid(), 0, 0);
+		return 0;
+	}
 	return stop_here(1);
+}
+
+SEC("tp_btf/mark_victim")
+int BPF_PROG(follow_oom, struct task_struct *task, uid_t uid)
+{
+	__u32 tgid = task->tgid;
+	if (bpf_map_lookup_elem(&followed, &tgid))
+		report(FOLLOW_OOM, tgid, task->pid, 0, 0);
+	return 0;
 }
 
 SEC("uprobe")

@@ -1,5 +1,6 @@
 /* --follow: the records bpf/follow.bpf.c sends the collector about the processes a
- * launched command (or a --pid target) starts. Shared by bpf/ and user/. */
+ * launched command (or a --pid target) starts, and for `evmbpf record` about every exec
+ * on the node. Shared by bpf/ and user/. */
 #ifndef EVMBPF_FOLLOW_H
 #define EVMBPF_FOLLOW_H
 
@@ -10,6 +11,8 @@ enum follow_kind {
 	FOLLOW_STOPPED,    /* a followed process was stopped at its exec (why 1) or its entry
 			    * point (why 2) */
 	FOLLOW_EXIT,       /* a followed process's last thread exited */
+	FOLLOW_NODE_EXEC,  /* evmbpf record: a process not followed exec'd (never stopped) */
+	FOLLOW_OOM,        /* the OOM killer chose this process (oom:mark_victim) */
 };
 
 /* followed map values */

@@ -14,6 +14,7 @@
 #include "outpattern.h"
 #include "pyre.h"
 #include "readers.h"
+#include "record_cli.h"
 #include "tracer_run.h"
 #include "util.h"
 #include "version.h"
@@ -28,6 +29,8 @@ static const char usage[] =
 	"  evmbpf export TRACE [--format chrome|speedscope] [-o FILE]\n"
 	"  evmbpf dump --pid PID [--json]\n"
 	"  evmbpf doctor [--pid PID]\n"
+	"  evmbpf record --dir DIR [--tail N] [--match REGEX] [--cgroup PATH] [--keep-all]\n"
+	"  evmbpf record --flush [--pid PID]\n"
 	"\n"
 	"Traces the torch.nn.Module calls of an unmodified CPython + PyTorch process with\n"
 	"eBPF uprobes and writes the module trace (schema 1.1) that the in-process tracer\n"
@@ -144,6 +147,8 @@ static int run_subcommand(int argc, char **argv, int *rc)
 		*rc = dump_main(argc - 1, argv + 1);
 	else if (!strcmp(argv[1], "doctor"))
 		*rc = doctor_main(argc - 1, argv + 1);
+	else if (!strcmp(argv[1], "record"))
+		*rc = record_main(argc - 1, argv + 1);
 	else
 		return -1;
 	return 0;

@@ -1,5 +1,7 @@
 /* Several processes at once: every --pid given, and with --follow every Python process
- * the command (or a --pid target) starts, at any depth. Each process has its own session
+ * the command (or a --pid target) starts, at any depth; for evmbpf record, every Python
+ * process of the node (record.c says which, where their traces go, and which ends need
+ * one). Each process has its own session
  * (its own programs, filled with its own addresses, its own ring buffer and trace file),
  * so that its trace is exactly what a trace of it alone would be; one loop reads them all
  * (one epoll over every ring buffer). bpf/follow.bpf.c tells it of new processes and holds
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "elfsym.h"
@@ -26,17 +29,25 @@
 #include "follow.skel.h"
 #include "hold.h"
 #include "procstate.h"
+#include "pyre.h"
+#include "record.h"
 #include "util.h"
 #include "watchdog.h"
 
 #define JOB_MAX 256
 #define PENDING_MAX 64
+#define LOOKS_MAX 256
+/* evmbpf record: how long after its exec a process is looked at (its libraries mapped) */
+#define LOOK_AFTER_NS (100ull * 1000000ull)
 
 struct proc {
 	struct session s;
 	char out[PATH_MAX];
 	int forked;  /* forked without exec: its trace is kept only if it called modules */
 	int live;
+	struct tracer_opts opts;   /* evmbpf record: the job's, with this trace's own */
+	char rank[16];
+	int flushes;               /* evmbpf record: live tails written on request */
 };
 
 struct job {
@@ -47,14 +58,29 @@ struct job {
 	int ep;
 	struct follow_bpf *fskel;
 	struct ring_buffer *frb;
-	struct bpf_link *flinks[3];
+	struct bpf_link *flinks[4];
 	struct {
 		pid_t pid;
 		struct bpf_link *entry; /* its entry point's probe, between exec and entry */
 	} pending[PENDING_MAX];
 	pid_t child;       /* launch mode: the command */
 	int child_status, child_done;
+	/* evmbpf record: the node's execs, looked at LOOK_AFTER_NS later */
+	int node;
+	struct pyre *match;
+	struct {
+		pid_t pid;
+		uint64_t due_ns;
+	} looks[LOOKS_MAX];
+	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 };
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- one process ---- */
 
@@ -64,11 +90,24 @@ static void proc_abandon(struct proc *p)
 	free(p);
 }
 
-/* Inspect, open its trace, load and attach; the process stands stopped or is continued
- * by the caller. NULL when it cannot be traced (said in one line). */
-static struct proc *proc_start(struct job *j, pid_t pid, int forked)
+/* The slot of a process that has ended, for a new one (evmbpf record runs for ever). */
+static int free_slot(struct job *j)
 {
-	if (j->n == JOB_MAX) {
+	for (int i = 0; i < j->n; i++)
+		if (!j->procs[i]->live) {
+			free(j->procs[i]);
+			j->procs[i] = j->procs[--j->n];
+			return 1;
+		}
+	return 0;
+}
+
+/* Inspect, open its trace, load and attach; the process stands stopped or is continued
+ * by the caller. NULL when it cannot be traced (said in one line). `recorded`: evmbpf
+ * record's word for when it attached ("running", "exec", "fork"). */
+static struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded)
+{
+	if (j->n == JOB_MAX && !free_slot(j)) {
 		warnx_("more than %d processes: %d is not traced", JOB_MAX, pid);
 		return NULL;
 	}
@@ -77,9 +116,20 @@ static struct proc *proc_start(struct job *j, pid_t pid, int forked)
 	p->s.target.root_fd = -1;
 	p->forked = forked;
 	int ppid;
-	char rank[16];
-	proc_identity(pid, &ppid, rank);
-	out_expand(j->opts->out ? j->opts->out : "-", pid, rank, p->out, sizeof(p->out));
+	proc_identity(pid, &ppid, p->rank);
+	if (j->node) {
+		/* its own trace options: the file made only when it is written */
+		p->opts = *j->opts;
+		p->opts.trace.deferred_file = 1;
+		p->opts.trace.recorded = recorded;
+		p->s.opts = &p->opts;
+		if (record_path(&j->opts->record, pid, p->rank, "", p->out, sizeof(p->out))) {
+			free(p);
+			return NULL;
+		}
+	} else {
+		out_expand(j->opts->out ? j->opts->out : "-", pid, p->rank, p->out, sizeof(p->out));
+	}
 	p->s.out = p->out;
 	if (session_prepare(&p->s, pid)) {
 		proc_abandon(p);
@@ -90,7 +140,7 @@ static struct proc *proc_start(struct job *j, pid_t pid, int forked)
 		epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(p->s.rb), &ev);
 	}
 	/* a summary line a process at its end; no live line (several would fight over it) */
-	status_start(&p->s.status, j->opts->quiet, p->out);
+	status_start(&p->s.status, j->opts->quiet || j->node, p->out);
 	p->s.status.live = 0;
 	p->live = 1;
 	j->procs[j->n++] = p;
@@ -103,17 +153,43 @@ static struct proc *proc_start(struct job *j, pid_t pid, int forked)
 	return p;
 }
 
+/* evmbpf record: how a process ended, for its line on stderr */
+static void end_words(const struct session *s, char *out, size_t cap)
+{
+	int code = s->exit_code;
+	if (s->trace.nonfinite)
+		snprintf(out, cap, "a non-finite output in %s", s->trace.nonfinite);
+	else if (!s->ended || code < 0)
+		snprintf(out, cap, "still running");
+	else if ((code & 0x7f) && (code & 0x7f) != 0x7f)
+		snprintf(out, cap, "killed by signal %d%s", code & 0x7f,
+			 s->trace.oom_killed ? ", the OOM killer's choice" : "");
+	else
+		snprintf(out, cap, "exit status %d", (code >> 8) & 0xff);
+}
+
 static void proc_end(struct proc *p)
 {
 	if (!p->live)
 		return;
 	p->live = 0;
 	int called = p->s.trace.call_id > 0;
+	char how[160] = "";
+	if (p->opts.trace.recorded) {
+		/* evmbpf record: a trace only for an end that needs one */
+		p->s.discard = !record_keep(&p->opts.record, p->s.ended, p->s.exit_code,
+					    p->s.trace.nonfinite != NULL, called);
+		end_words(&p->s, how, sizeof(how));
+	}
 	int rc = session_finish(&p->s);
 	watchdog_forget(p->s.target.pid);
-	if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
+	if (p->s.discard) {
+		debugx("%d ended (%s): no trace needed", p->s.target.pid, how[0] ? how : "-");
+	} else if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
 		unlink(p->out); /* a worker, or a program that exec'd, that called no module */
 		debugx("%d called no module: no trace", p->s.target.pid);
+	} else if (!rc && how[0]) {
+		fprintf(stderr, "%d: trace in %s (%s)\n", p->s.target.pid, p->out, how);
 	} else if (!rc) {
 		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
 	}
@@ -189,8 +265,8 @@ static void resume(pid_t pid)
 static void follow_look(struct job *j, pid_t pid)
 {
 	pending_drop(j, pid);
-	if (target_is_python(pid)) {
-		struct proc *p = proc_start(j, pid, 0);
+	if (j->node ? record_wanted(&j->opts->record, j->match, pid) : target_is_python(pid)) {
+		struct proc *p = proc_start(j, pid, 0, "exec");
 		if (p)
 			session_announce(&p->s);
 		else
@@ -216,7 +292,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 		watchdog_start(pid);
 		watchdog_hold(pid, 1);
 		/* the fork of a traced Python: the same interpreter at the same addresses */
-		struct proc *p = proc_start(j, pid, 1);
+		struct proc *p = proc_start(j, pid, 1, "fork");
 		if (p)
 			debugx("tracing %d, forked by %d", pid, (int)r->hdr.tid);
 		resume(pid);
@@ -258,16 +334,39 @@ static int on_follow(void *ctx, void *data, size_t size)
 		if (pid == j->child)
 			debugx("the command %d exited", pid);
 		break;
+	case FOLLOW_NODE_EXEC:
+		/* looked at a moment later, when the loader has mapped its libraries */
+		for (int i = 0; i < LOOKS_MAX; i++)
+			if (!j->looks[i].pid || j->looks[i].pid == pid) {
+				j->looks[i].pid = pid;
+				j->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
+				return 0;
+			}
+		debugx("more than %d execs at once: %d is not looked at", LOOKS_MAX, pid);
+		break;
+	case FOLLOW_OOM: {
+		struct proc *p = live_proc(j, pid);
+		if (p)
+			p->s.trace.oom_killed = 1;
+		debugx("the OOM killer chose %d", pid);
+		break;
+	}
 	}
 	return 0;
 }
 
 static int follow_load(struct job *j)
 {
-	j->fskel = follow_bpf__open_and_load();
-	if (!j->fskel) {
+	j->fskel = follow_bpf__open();
+	if (j->fskel) {
+		j->fskel->rodata->follow_node = j->node;
+		bpf_program__set_autoload(j->fskel->progs.follow_oom, j->node);
+	}
+	if (!j->fskel || follow_bpf__load(j->fskel)) {
 		warnx_("cannot load the BPF programs of --follow: %s (run with -v for details)",
 		       strerror(errno));
+		follow_bpf__destroy(j->fskel);
+		j->fskel = NULL;
 		return -1;
 	}
 	struct bpf_program *progs[3] = { j->fskel->progs.follow_fork, j->fskel->progs.follow_exec,
@@ -287,12 +386,15 @@ static int follow_load(struct job *j)
 	}
 	struct epoll_event ev = { .events = EPOLLIN };
 	epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(j->frb), &ev);
+	if (j->node && !(j->flinks[3] = bpf_program__attach(j->fskel->progs.follow_oom)))
+		warnx_("warning: the OOM killer's choice cannot be seen (oom:mark_victim: %s): a "
+		       "process it kills is said to be killed by SIGKILL", strerror(errno));
 	return 0;
 }
 
 static void follow_unload(struct job *j)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		bpf_link__destroy(j->flinks[i]);
 	/* a process held between its exec and its entry point runs on untraced */
 	for (int i = 0; i < PENDING_MAX; i++)
@@ -307,6 +409,115 @@ static void follow_unload(struct job *j)
 		       "ring buffer was full): processes they name may have run on untraced",
 		       (unsigned long long)j->fskel->bss->follow_dropped);
 	follow_bpf__destroy(j->fskel);
+}
+
+/* ---- evmbpf record ---- */
+
+/* The node's execs whose moment has come: a Python that record.c takes is traced. */
+static void node_looks(struct job *j)
+{
+	uint64_t now = mono_ns();
+	for (int i = 0; i < LOOKS_MAX; i++) {
+		pid_t pid = j->looks[i].pid;
+		if (!pid || j->looks[i].due_ns > now)
+			continue;
+		j->looks[i].pid = 0;
+		if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0)
+			continue; /* already traced (a traced process's exec is --follow's) */
+		if (!record_wanted(&j->opts->record, j->match, pid))
+			continue;
+		struct proc *p = proc_start(j, pid, 0, "exec");
+		if (p)
+			session_announce(&p->s);
+	}
+}
+
+/* SIGUSR1, or evmbpf record --flush: the live tails written now. */
+static void node_flush(struct job *j, pid_t asked)
+{
+	int written = 0;
+	for (int i = 0; i < j->n; i++) {
+		struct proc *p = j->procs[i];
+		pid_t pid = p->s.target.pid;
+		if (!p->live || (asked > 0 && pid != asked))
+			continue;
+		char path[PATH_MAX], suffix[32];
+		snprintf(suffix, sizeof(suffix), ".flush-%d", p->flushes + 1);
+		if (record_path(&j->opts->record, pid, p->rank, suffix, path, sizeof(path)))
+			continue;
+		session_step(&p->s, 0, 0); /* what the ring buffer holds first */
+		int rc = trace_snapshot(&p->s.trace, path);
+		if (!rc) {
+			p->flushes++;
+			written++;
+			fprintf(stderr, "%d: live tail in %s\n", pid, path);
+		} else if (rc > 0) {
+			debugx("%d: no event yet: no live tail to write", pid);
+		}
+	}
+	if (asked > 0 && !live_proc(j, asked))
+		warnx_("flush: %d is not traced by this recorder", asked);
+	else if (!written)
+		fprintf(stderr, "flush: no live tail had an event to write\n");
+}
+
+/* Each live process's share of --max-memory for its tail, set again as they come and go. */
+static void node_bound(struct job *j)
+{
+	uint64_t now = mono_ns();
+	if (now - j->bound_ns < 1000000000ull)
+		return;
+	j->bound_ns = now;
+	int live = 0;
+	for (int i = 0; i < j->n; i++)
+		live += j->procs[i]->live;
+	if (!live)
+		return;
+	size_t share = (size_t)(j->opts->record.max_memory / (uint64_t)live);
+	for (int i = 0; i < j->n; i++) {
+		struct proc *p = j->procs[i];
+		if (p->live && trace_tail_bound(&p->s.trace, share))
+			warnx_("%d: its tail reached its share of --max-memory (%zu bytes, %d processes "
+			       "live): the oldest events go first, counted as dropped",
+			       p->s.target.pid, share, live);
+	}
+}
+
+static void node_step(struct job *j)
+{
+	node_looks(j);
+	pid_t asked = record_flush_asked();
+	if (asked)
+		node_flush(j, asked);
+	node_bound(j);
+}
+
+/* The Python processes running at the start: traced from now on. */
+static int node_start(struct job *j)
+{
+	const struct record_opts *o = &j->opts->record;
+	if (record_match_compile(o, &j->match) || record_pidfile_write())
+		return -1;
+	record_flush_catch();
+	if (follow_load(j))
+		return -1;
+	pid_t pids[JOB_MAX];
+	int n = record_scan(o, j->match, pids, JOB_MAX), traced = 0;
+	for (int i = 0; i < n; i++) {
+		struct proc *p = proc_start(j, pids[i], 0, "running");
+		if (!p)
+			continue;
+		watch_running_modules(&p->s);
+		if (proc_numeric(j, p))
+			continue;
+		session_announce(&p->s);
+		traced++;
+	}
+	j->failed = 0; /* a process that cannot be traced is said, and the recorder goes on */
+	fprintf(stderr, "recording: %d Python process%s running (traced from now on), and every "
+		"new one; the traces of those that end badly go to %s\n", traced,
+		traced == 1 ? "" : "es", o->dir);
+	return 0;
 }
 
 /* ---- the loop ---- */
@@ -334,6 +545,8 @@ static void job_loop(struct job *j)
 		epoll_wait(j->ep, evs, 16, 100);
 		if (j->frb)
 			ring_buffer__consume(j->frb);
+		if (j->node)
+			node_step(j);
 		for (int i = 0; i < j->n; i++) {
 			struct proc *p = j->procs[i];
 			if (!p->live)
@@ -356,6 +569,8 @@ static void job_loop(struct job *j)
 				j->child_status = status;
 			}
 		}
+		if (j->node)
+			continue; /* the recorder runs until it is stopped */
 		if ((j->child <= 0 || j->child_done) && !live_count(j) && !pending_count(j)) {
 			if (j->frb)
 				ring_buffer__consume(j->frb);
@@ -367,15 +582,22 @@ static void job_loop(struct job *j)
 
 int run_job(const struct tracer_opts *opts)
 {
-	struct job j = { .opts = opts, .ep = epoll_create1(EPOLL_CLOEXEC) };
+	struct job j = { .opts = opts, .ep = epoll_create1(EPOLL_CLOEXEC),
+			 .node = opts->mode == TRACE_NODE };
 	int go_fd = -1, rc = 1;
 	if (j.ep < 0) {
 		warnx_("epoll_create1: %s", strerror(errno));
 		return 1;
 	}
-	if (opts->follow && follow_load(&j))
+	if (j.node) {
+		if (node_start(&j))
+			goto out;
+	} else if (opts->follow && follow_load(&j)) {
 		goto out;
-	if (opts->command) {
+	}
+	if (j.node) {
+		/* the processes come from the node (node_start, node_looks) */
+	} else if (opts->command) {
 		j.child = spawn_held(opts->command, &go_fd);
 		if (j.child < 0) {
 			warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
@@ -393,7 +615,7 @@ int run_job(const struct tracer_opts *opts)
 		close(go_fd);
 	} else {
 		for (int i = 0; i < opts->npids; i++) {
-			struct proc *p = proc_start(&j, opts->pids[i], 0);
+			struct proc *p = proc_start(&j, opts->pids[i], 0, NULL);
 			if (!p) {
 				for (int k = 0; k < j.n; k++)
 					j.procs[k]->live = 0, proc_abandon(j.procs[k]);
@@ -431,12 +653,18 @@ int run_job(const struct tracer_opts *opts)
 			warnx_("%s exited (status %d) and started no Python; nothing traced",
 			       opts->command[0], exit_code_of(j.child_status));
 		rc = stop_signal ? 0 : j.failed ? 1 : j.nonfinite ? 3 : exit_code_of(j.child_status);
+	} else if (j.node) {
+		rc = 0; /* stopped (SIGTERM, SIGINT): what it had to write is written */
 	} else {
 		rc = j.failed ? 1 : j.nonfinite ? 3 : 0;
 	}
 out:
 	if (j.fskel)
 		follow_unload(&j);
+	if (j.node) {
+		record_pidfile_remove();
+		pyre_free(j.match);
+	}
 	for (int i = 0; i < j.n; i++)
 		free(j.procs[i]);
 	close(j.ep);

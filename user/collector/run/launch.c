@@ -140,6 +140,7 @@ int run_launch(const struct tracer_opts *opts)
 	if (l.skel) { /* the command's execs only: its forks are not followed (--follow) */
 		bpf_program__set_autoload(l.skel->progs.follow_fork, false);
 		bpf_program__set_autoload(l.skel->progs.follow_exit, false);
+		bpf_program__set_autoload(l.skel->progs.follow_oom, false);
 	}
 	if (!l.skel || follow_bpf__load(l.skel)) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers "

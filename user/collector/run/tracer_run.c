@@ -31,7 +31,7 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
-	int rc = opts->mode == TRACE_JOB       ? run_job(opts)
+	int rc = opts->mode == TRACE_JOB || opts->mode == TRACE_NODE ? run_job(opts)
 		 : opts->mode == TRACE_COMMAND ? run_launch(opts)
 					       : run_attach(opts);
 	watchdog_stop();

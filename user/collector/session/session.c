@@ -306,10 +306,15 @@ int session_finish(struct session *s)
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
-	cupti_finish(&s->trace);
-	trace_finish(&s->trace, s->ended ? s->exit_code : -1);
-	int rc = trace_close(&s->trace);
-	status_end(&s->status, &s->trace, dropped);
+	int rc = 0;
+	if (s->discard) {
+		trace_abandon(&s->trace); /* evmbpf record: an end that needs no trace */
+	} else {
+		cupti_finish(&s->trace);
+		trace_finish(&s->trace, s->ended ? s->exit_code : -1);
+		rc = trace_close(&s->trace);
+		status_end(&s->status, &s->trace, dropped);
+	}
 	if (verbose && s->ps)
 		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
 		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,

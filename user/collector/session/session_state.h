@@ -37,6 +37,7 @@ struct session {
 	int nlinks;
 	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
 	int ended;        /* the target's last thread exited */
+	int discard;      /* evmbpf record: its end needs no trace; session_finish writes none */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
 	struct status status; /* the status line and the summary line */

@@ -11,6 +11,16 @@ enum tracer_mode {
 	TRACE_PID,      /* --pid PID: one running process */
 	TRACE_COMMAND,  /* -- COMMAND: the command, from its first Python instruction */
 	TRACE_JOB,      /* --pid A,B or --follow: every process of a job (job.c) */
+	TRACE_NODE,     /* evmbpf record: every Python process of the node (job.c, record.c) */
+};
+
+/* evmbpf record (docs/record.md) */
+struct record_opts {
+	const char *dir;         /* --dir: where the traces of the processes that end badly go */
+	const char *match;       /* --match REGEX on the command line, or NULL */
+	const char *cgroup;      /* --cgroup PATH (under /sys/fs/cgroup), or NULL */
+	uint64_t max_memory;     /* --max-memory: bytes, every tail together */
+	int keep_all;            /* --keep-all: every tail is written at its process's end */
 };
 
 struct tracer_opts {
@@ -31,6 +41,7 @@ struct tracer_opts {
 	uint64_t probe_floor_at; /* --probe-floor=at:ADDRESS */
 	int quiet;              /* --quiet: no status line, no summary line */
 	int cupti;              /* --cupti: the CUPTI agent in the launched command */
+	struct record_opts record;
 };
 
 /* --probe-floor: where the empty probes go */

@@ -270,8 +270,8 @@ void trace_finish(struct trace *t, int exit_code)
 		char name[32], msg[96];
 		const char *abbrev = sigabbrev_np(sig);
 		snprintf(name, sizeof(name), "SIG%s", abbrev ? abbrev : "?");
-		snprintf(msg, sizeof(msg), "the process was killed by signal %d (%s)", sig,
-			 strsignal(sig));
+		snprintf(msg, sizeof(msg), "the process was killed by signal %d (%s)%s", sig,
+			 strsignal(sig), t->oom_killed ? ": the OOM killer chose it" : "");
 		write_error(t, name, msg, NULL, t->target->pid, NULL, 0, NULL);
 		stacks_reconcile_all(t, "process exited");
 	} else if (t->last_exc && (exit_code < 0 || exit_code != 0)) {

@@ -49,12 +49,24 @@ struct file_sink {
 	struct sink base;
 	FILE *f;
 	int error;   /* the first write error (errno); nothing is written after it */
+	char *path;  /* deferred: created at the first line */
+	int force;
 };
+
+static FILE *file_create(const char *path, int force);
+
+/* A deferred file, created now; 0, or its error. */
+static int file_ready(struct file_sink *fs)
+{
+	if (!fs->f && !fs->error && fs->path && !(fs->f = file_create(fs->path, fs->force)))
+		fs->error = errno ? errno : EIO;
+	return fs->error;
+}
 
 static void file_put(struct sink *s, struct buf *line)
 {
 	struct file_sink *fs = (struct file_sink *)s;
-	if (!fs->error && fwrite(line->data, 1, line->len, fs->f) != line->len)
+	if (!file_ready(fs) && fwrite(line->data, 1, line->len, fs->f) != line->len)
 		fs->error = errno ? errno : EIO;
 }
 
@@ -71,6 +83,7 @@ static void file_free(struct sink *s)
 	struct file_sink *fs = (struct file_sink *)s;
 	if (fs->f && fs->f != stdout)
 		fclose(fs->f);
+	free(fs->path);
 	free(fs);
 }
 
@@ -90,6 +103,23 @@ struct sink *sink_file_open(const char *path, int force)
 {
 	if (!strcmp(path, "-"))
 		return sink_file_stream(stdout);
+	FILE *f = file_create(path, force);
+	return f ? sink_file_stream(f) : NULL;
+}
+
+struct sink *sink_file_deferred(const char *path, int force)
+{
+	if (!strcmp(path, "-"))
+		return sink_file_stream(stdout);
+	struct file_sink *fs = (struct file_sink *)sink_file_stream(NULL);
+	fs->path = xstrdup(path);
+	fs->force = force;
+	return &fs->base;
+}
+
+/* The file, or NULL (said; errno kept). */
+static FILE *file_create(const char *path, int force)
+{
 	int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (force ? O_TRUNC : O_EXCL);
 	int fd = open(path, flags, 0600);
 	if (fd < 0) {
@@ -107,6 +137,7 @@ struct sink *sink_file_open(const char *path, int force)
 	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
 		warnx_("%s is not a regular file", path);
 		close(fd);
+		errno = EINVAL;
 		return NULL;
 	}
 	/* under sudo, the trace belongs to the user who asked for it */
@@ -121,7 +152,7 @@ struct sink *sink_file_open(const char *path, int force)
 	/* a streaming trace is written in big pieces: fewer write(2)s for the collector
 	 * (the loop flushes every pass anyway) */
 	setvbuf(f, NULL, _IOFBF, 1 << 20);
-	return sink_file_stream(f);
+	return f;
 }
 
 int sink_file_fd(const struct sink *s)
@@ -150,7 +181,19 @@ struct tail_sink {
 	struct sink base;
 	char **ring;
 	size_t cap, head, count;
+	size_t bytes, max_bytes;   /* what its lines hold; the bound (0: none) */
+	uint64_t bound_hit;        /* lines the bound in bytes took */
+	int bound_said;
 };
+
+static void tail_drop_oldest(struct tail_sink *ts)
+{
+	ts->bytes -= strlen(ts->ring[ts->head]);
+	free(ts->ring[ts->head]);
+	ts->ring[ts->head] = NULL;
+	ts->head = (ts->head + 1) % ts->cap;
+	ts->count--;
+}
 
 static void tail_put(struct sink *s, struct buf *line)
 {
@@ -159,17 +202,42 @@ static void tail_put(struct sink *s, struct buf *line)
 		sink_pass(s, line);
 		return;
 	}
-	size_t slot = (ts->head + ts->count) % ts->cap;
-	if (ts->count == ts->cap) {
-		free(ts->ring[ts->head]);
-		ts->head = (ts->head + 1) % ts->cap;
-		slot = (ts->head + ts->count - 1) % ts->cap;
-	} else {
-		ts->count++;
+	if (ts->count == ts->cap)
+		tail_drop_oldest(ts);
+	while (ts->max_bytes && ts->count && ts->bytes + line->len > ts->max_bytes) {
+		tail_drop_oldest(ts); /* the bound in bytes: the oldest go first */
+		ts->bound_hit++;
 	}
-	ts->ring[slot] = line->data;
+	ts->ring[(ts->head + ts->count++) % ts->cap] = line->data;
+	ts->bytes += line->len;
 	line->data = NULL;
 	line->len = line->cap = 0;
+}
+
+int sink_tail_bound(struct sink *tail, size_t max_bytes)
+{
+	struct tail_sink *ts = (struct tail_sink *)tail;
+	ts->max_bytes = max_bytes;
+	if (!ts->bound_hit || ts->bound_said)
+		return 0;
+	ts->bound_said = 1;
+	return 1;
+}
+
+size_t sink_tail_bytes(const struct sink *tail)
+{
+	return ((const struct tail_sink *)tail)->bytes;
+}
+
+void sink_tail_copy(const struct sink *tail, struct sink *to)
+{
+	const struct tail_sink *ts = (const struct tail_sink *)tail;
+	for (size_t k = 0; k < ts->count; k++) {
+		struct buf line = {0};
+		buf_puts(&line, ts->ring[(ts->head + k) % ts->cap]);
+		sink_put(to, &line);
+		buf_free(&line);
+	}
 }
 
 static void tail_finish(struct sink *s, int64_t *next_i)
@@ -182,6 +250,7 @@ static void tail_finish(struct sink *s, int64_t *next_i)
 		sink_pass(s, &line);
 		buf_free(&line);
 	}
+	ts->bytes = 0;
 	int64_t dropped = *next_i - 1 - (int64_t)ts->count;
 	ts->count = 0;
 	if (dropped > 0) {

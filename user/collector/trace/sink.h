@@ -53,6 +53,10 @@ void sink_pass(struct sink *s, struct buf *line);
  * symbolic link, given to the sudo user; "-" is stdout. NULL (said on stderr) when it
  * cannot be. */
 struct sink *sink_file_open(const char *path, int force);
+/* The same, created when its first line comes (or at a flush): a trace that may never
+ * be written (evmbpf record) leaves no file. Its creation's failure is said then, and
+ * is its error. */
+struct sink *sink_file_deferred(const char *path, int force);
 /* An open stream (stdout, for the tests' aids). */
 struct sink *sink_file_stream(FILE *f);
 /* Its descriptor, or -1 (stdout); the first write error (an errno), or 0. */
@@ -64,5 +68,11 @@ void sink_file_discard(struct sink *s, const char *path);
 /* --tail N: the last n lines, handed on at the finish, after them a `dropped` line with
  * how many were emitted before them (the reference's tail). */
 struct sink *sink_tail_new(struct sink *next, size_t n);
+/* The most bytes the tail's lines may hold together (0: no bound); past it the oldest go
+ * first, as when n is reached. 1 the first time the bound took a line. */
+int sink_tail_bound(struct sink *tail, size_t max_bytes);
+size_t sink_tail_bytes(const struct sink *tail);
+/* A copy of the tail's lines, oldest first, put into `to`: what a flush writes. */
+void sink_tail_copy(const struct sink *tail, struct sink *to);
 
 #endif

@@ -107,3 +107,10 @@ void stacks_free(struct trace *t)
 	t->threads = NULL;
 	t->nthreads = 0;
 }
+
+void stacks_write_open(struct trace *t, const char *reason)
+{
+	for (size_t i = 0; i < t->nthreads; i++)
+		if (t->threads[i].depth)
+			emit_unwound(t, &t->threads[i], 0, reason);
+}

@@ -16,6 +16,9 @@ int stack_pop_to(struct trace *t, struct thread_stack *s, const char *path, stru
 void stacks_reconcile_all(struct trace *t, const char *reason);
 /* Is any frame still running (entered, neither returned nor left by an exception)? */
 int stacks_running(const struct trace *t);
+/* Every thread's open frames `unwound` with this reason, the stacks left as they are
+ * (a flush of evmbpf record). */
+void stacks_write_open(struct trace *t, const char *reason);
 /* Every thread's stack freed. */
 void stacks_free(struct trace *t);
 

@@ -490,10 +490,52 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 	clock_gettime(CLOCK_MONOTONIC, &mono);
 	t->boot_to_realtime_ns = (rt.tv_sec - mono.tv_sec) * 1000000000ULL + rt.tv_nsec - mono.tv_nsec;
 
-	if (!(t->file = sink_file_open(path, force)))
+	t->file = opts->deferred_file ? sink_file_deferred(path, force) : sink_file_open(path, force);
+	if (!t->file)
 		return -1;
-	t->sink = opts->tail > 0 ? sink_tail_new(t->file, (size_t)opts->tail) : t->file;
+	if (opts->tail > 0)
+		t->tail = sink_tail_new(t->file, (size_t)opts->tail);
+	t->sink = t->tail ? t->tail : t->file;
 	return 0;
+}
+
+int trace_tail_bound(struct trace *t, size_t max_bytes)
+{
+	return t->tail ? sink_tail_bound(t->tail, max_bytes) : 0;
+}
+
+size_t trace_tail_bytes(const struct trace *t)
+{
+	return t->tail ? sink_tail_bytes(t->tail) : 0;
+}
+
+int trace_snapshot(struct trace *t, const char *path)
+{
+	if (!t->tail || !t->events)
+		return 1;
+	struct sink *file = sink_file_open(path, 0);
+	if (!file)
+		return -1;
+	struct sink *tail = sink_tail_new(file, (size_t)t->opts.tail);
+	sink_tail_copy(t->tail, tail);
+	/* written as the trace's own lines, numbered on from it; the trace is left as it was */
+	struct sink *live = t->sink;
+	int64_t seq = t->seq;
+	uint64_t events = t->events;
+	t->sink = tail;
+	stacks_write_open(t, "session ended");
+	int64_t next_i = t->seq + 1;
+	sink_finish(tail, &next_i);
+	if (!hw_watch_works())
+		trace_write_unobservable(t, next_i);
+	int err = sink_flush(tail);
+	if (err)
+		warnx_("cannot write %s: %s", path, strerror(err));
+	sink_free(tail);
+	t->sink = live;
+	t->seq = seq;
+	t->events = events;
+	return err ? -1 : 0;
 }
 
 int trace_is_open(const struct trace *t)
@@ -539,7 +581,7 @@ int trace_close(struct trace *t)
 	if (err && !t->write_reported)
 		warnx_("cannot write %s: %s", t->out_path, strerror(err));
 	sink_free(t->sink);
-	t->sink = t->file = NULL;
+	t->sink = t->file = t->tail = NULL;
 	free_state(t);
 	return err ? -1 : 0;
 }
@@ -553,6 +595,6 @@ void trace_abandon(struct trace *t)
 	}
 	if (t->file)
 		sink_file_discard(t->file, t->out_path);
-	t->sink = t->file = NULL;
+	t->sink = t->file = t->tail = NULL;
 	free_state(t);
 }

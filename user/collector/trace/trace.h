@@ -28,4 +28,15 @@ int trace_flush(struct trace *t);
 /* The file's descriptor (its size, for the status line), or -1 (stdout). */
 int trace_out_fd(const struct trace *t);
 
+/* evmbpf record. The bound in bytes of the --tail lines (a process's share of
+ * --max-memory): 1 the first time it has taken lines (to be said once). What the tail
+ * holds now, in bytes. */
+int trace_tail_bound(struct trace *t, size_t max_bytes);
+size_t trace_tail_bytes(const struct trace *t);
+/* The live tail written to path now, as a detach now would have written it: the tail,
+ * the frames still open `unwound` ("session ended"), the `dropped` line. The trace goes
+ * on untouched. 0 written, 1 nothing to write (no tail, or no event yet), -1 failed
+ * (said). */
+int trace_snapshot(struct trace *t, const char *path);
+
 #endif

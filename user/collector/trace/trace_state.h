@@ -52,11 +52,17 @@ struct trace_opts {
 	size_t nrules;
 	int numeric;             /* --numeric: tensor stats, input_numeric events */
 	int stop_on_nonfinite;   /* --stop-on-nonfinite (implies numeric) */
+	/* evmbpf record: the file is created when its first line comes (a process that
+	 * ends well leaves none), and the header says when the recorder attached
+	 * ("running", "exec"); NULL: not recorded */
+	int deferred_file;
+	const char *recorded;
 };
 
 struct trace {
 	struct sink *sink;               /* where its lines go: the first of a chain (sink.h) */
 	struct sink *file;               /* the chain's last: the file (or stdout) */
+	struct sink *tail;               /* --tail's keeper in it, or NULL */
 	const char *out_path;
 	struct trace_opts opts;
 	struct pyre *pattern;            /* --modules, or NULL */
@@ -102,6 +108,7 @@ struct trace {
 	int held;                        /* --numeric: the record being read holds its thread */
 	struct gpu_calls *gpu;           /* --cupti: module calls' intervals, or NULL */
 	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
+	int oom_killed;                  /* the OOM killer chose the process (its end says so) */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held
 	                                  * a NaN or an Inf; the trace has ended there */
 };

@@ -108,6 +108,10 @@ void trace_header(struct trace *t)
 		   hw ? "fire" : hw_watch_check()->opened ? "do not fire" : "refused",
 		   hw ? "hardware breakpoint" : "not observable",
 		   hw ? "hardware breakpoints" : "not followed");
+	/* evmbpf record: when it attached (a process running then: its forward and call
+	 * counters start at the attach, as --pid's do; "exec": a moment after its exec) */
+	if (t->opts.recorded)
+		buf_printf(&b, ", \"recorder\": {\"attached\": \"%s\"}", t->opts.recorded);
 	/* --cupti: the libcupti the agent took, when it runs by now (else gpu_summary's) */
 	char lib[CUPTI_LIB_MAX], how[CUPTI_HOW_MAX];
 	uint64_t version;

@@ -1,0 +1,264 @@
+/* evmbpf record: which processes of the node, where their traces go, which ends deserve
+ * one, and the flush requests (record.h, docs/record.md). */
+#include "record.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "procstate.h"
+#include "pyre.h"
+#include "target.h"
+#include "util.h"
+
+int record_match_compile(const struct record_opts *o, struct pyre **out)
+{
+	*out = NULL;
+	if (!o->match)
+		return 0;
+	char why[512];
+	if (!(*out = pyre_compile(o->match, why, sizeof(why)))) {
+		warnx_("--match %s", why);
+		return -1;
+	}
+	return 0;
+}
+
+/* The whole of a small /proc file: its length, or -1. */
+static ssize_t read_proc(pid_t pid, const char *what, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", pid, what);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = 0, r;
+	while ((size_t)n < cap - 1 && (r = read(fd, buf + n, cap - 1 - (size_t)n)) > 0)
+		n += r;
+	close(fd);
+	buf[n] = 0;
+	return n;
+}
+
+/* Is the process in the cgroup (v2) `want`, or one below it? */
+static int in_cgroup(pid_t pid, const char *want)
+{
+	const char *root = "/sys/fs/cgroup";
+	if (!strncmp(want, root, strlen(root)))
+		want += strlen(root);
+	size_t wl = strlen(want);
+	while (wl > 1 && want[wl - 1] == '/')
+		wl--;
+	char text[4096];
+	if (read_proc(pid, "cgroup", text, sizeof(text)) <= 0)
+		return 0;
+	/* the unified hierarchy's line: 0::/PATH */
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		if (strncmp(line, "0::", 3))
+			continue;
+		const char *cg = line + 3;
+		if (wl <= 1 || (!strncmp(cg, want, wl) && (cg[wl] == 0 || cg[wl] == '/')))
+			return 1;
+	}
+	return 0;
+}
+
+int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t pid)
+{
+	char cmd[8192];
+	ssize_t n = read_proc(pid, "cmdline", cmd, sizeof(cmd));
+	if (n <= 0)
+		return 0; /* gone, or a kernel thread */
+	while (n > 0 && !cmd[n - 1])
+		n--;
+	for (ssize_t i = 0; i < n; i++)
+		if (!cmd[i])
+			cmd[i] = ' ';
+	cmd[n] = 0;
+	if (o->cgroup && !in_cgroup(pid, o->cgroup))
+		return 0;
+	if (match && pyre_search(match, cmd, (size_t)n) != 1)
+		return 0;
+	return target_is_python(pid);
+}
+
+int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return 0;
+	int n = 0;
+	pid_t self = getpid();
+	struct dirent *e;
+	while (n < max && (e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		pid_t pid = (pid_t)atoi(e->d_name);
+		if (pid != self && record_wanted(o, match, pid))
+			pids[n++] = pid;
+	}
+	closedir(d);
+	return n;
+}
+
+/* A job's id as a folder name: letters, digits, '.', '_' and '-' kept, the rest '_'. */
+static void job_id(pid_t pid, char *out, size_t cap)
+{
+	char v[96];
+	out[0] = 0;
+	if (proc_getenv(pid, "TORCHELASTIC_RUN_ID", v, sizeof(v)) && v[0])
+		snprintf(out, cap, "%s", v);
+	else if (proc_getenv(pid, "MASTER_PORT", v, sizeof(v)) && v[0])
+		snprintf(out, cap, "port-%s", v);
+	for (char *p = out; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-')
+			*p = '_';
+	if (out[0] == '.')
+		out[0] = '_';
+}
+
+int record_path(const struct record_opts *o, pid_t pid, const char *rank, const char *suffix,
+		char *out, size_t cap)
+{
+	char dir[PATH_MAX], job[128];
+	job_id(pid, job, sizeof(job));
+	if (job[0]) {
+		snprintf(dir, sizeof(dir), "%s/job-%s", o->dir, job);
+		if (mkdir(dir, 0755) && errno != EEXIST) {
+			warnx_("cannot make %s: %s", dir, strerror(errno));
+			return -1;
+		}
+	} else {
+		snprintf(dir, sizeof(dir), "%s", o->dir);
+	}
+	int n = rank && rank[0]
+		? snprintf(out, cap, "%s/evmbpf-%d-rank%s%s.jsonl", dir, pid, rank, suffix)
+		: snprintf(out, cap, "%s/evmbpf-%d%s.jsonl", dir, pid, suffix);
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,
+		int called)
+{
+	if (!called)
+		return 0; /* no module call: not a PyTorch process's end */
+	if (o->keep_all || nonfinite)
+		return 1;
+	return ended && exit_code > 0; /* a signal, or a status that is not 0 */
+}
+
+/* ---- the pid file and the flush requests ---- */
+
+static const char *pidfile(void)
+{
+	const char *p = getenv("EVMBPF_RECORD_PIDFILE");
+	return p && p[0] ? p : "/run/evmbpf-record.pid";
+}
+
+/* The recorder's pid in the pid file, when that process is alive and is evmbpf; else 0. */
+static pid_t recorder_pid(void)
+{
+	FILE *f = fopen(pidfile(), "r");
+	int pid = 0;
+	if (!f)
+		return 0;
+	if (fscanf(f, "%d", &pid) != 1)
+		pid = 0;
+	fclose(f);
+	char comm[64];
+	if (pid <= 0 || read_proc(pid, "comm", comm, sizeof(comm)) <= 0 ||
+	    strncmp(comm, "evmbpf", 6))
+		return 0;
+	return pid;
+}
+
+int record_pidfile_write(void)
+{
+	pid_t other = recorder_pid();
+	if (other && other != getpid()) {
+		warnx_("another recorder runs (pid %d, in %s): one a node is enough", other, pidfile());
+		return -1;
+	}
+	FILE *f = fopen(pidfile(), "w");
+	if (!f || fprintf(f, "%d\n", getpid()) < 0 || fclose(f)) {
+		warnx_("cannot write the pid file %s: %s (EVMBPF_RECORD_PIDFILE names another)",
+		       pidfile(), strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+void record_pidfile_remove(void)
+{
+	if (recorder_pid() == getpid())
+		unlink(pidfile());
+}
+
+static volatile sig_atomic_t flush_pid; /* 0 none, -1 every process, else a pid */
+
+static void on_flush(int sig, siginfo_t *info, void *uc)
+{
+	pid_t pid = info->si_code == SI_QUEUE && info->si_value.sival_int > 0
+		? (pid_t)info->si_value.sival_int : -1;
+	flush_pid = flush_pid && flush_pid != pid ? -1 : pid;
+}
+
+void record_flush_catch(void)
+{
+	struct sigaction sa = { .sa_sigaction = on_flush, .sa_flags = SA_SIGINFO | SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+}
+
+pid_t record_flush_asked(void)
+{
+	pid_t pid = flush_pid;
+	flush_pid = 0;
+	return pid;
+}
+
+int record_flush_send(pid_t pid)
+{
+	pid_t rec = recorder_pid();
+	if (!rec) {
+		warnx_("no recorder runs (%s names none alive): start one with "
+		       "`evmbpf record --dir DIR`", pidfile());
+		return 1;
+	}
+	union sigval v = { .sival_int = pid > 0 ? pid : 0 };
+	if (sigqueue(rec, SIGUSR1, v)) {
+		warnx_("cannot signal the recorder (pid %d): %s", rec, strerror(errno));
+		return 1;
+	}
+	if (pid > 0)
+		fprintf(stderr, "asked the recorder (pid %d) to write the live tail of %d\n", rec, pid);
+	else
+		fprintf(stderr, "asked the recorder (pid %d) to write every live tail\n", rec);
+	return 0;
+}
+
+int64_t record_parse_size(const char *text)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (end == text || errno || text[0] == '-')
+		return -1;
+	int shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10, end++; break;
+	case 'm': case 'M': shift = 20, end++; break;
+	case 'g': case 'G': shift = 30, end++; break;
+	}
+	if (*end || !v || v > (unsigned long long)(INT64_MAX >> shift))
+		return -1;
+	return (int64_t)(v << shift);
+}

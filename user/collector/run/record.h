@@ -1,0 +1,47 @@
+/* evmbpf record's side of the run loop (record.c): which processes of the node it
+ * traces, where their traces go, which ends deserve one, the pid file and the flush
+ * requests. job.c runs the loop; nothing here calls back into it. See docs/record.md. */
+#ifndef EVMBPF_RECORD_H
+#define EVMBPF_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tracer.h"
+
+struct pyre;
+
+/* --match compiled (NULL: none, or -1 said: not a valid pattern). */
+int record_match_compile(const struct record_opts *o, struct pyre **out);
+/* Is this process one the recorder traces: Python, its command line found by --match,
+ * in --cgroup or below? 1 yes, 0 no. */
+int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t pid);
+/* The processes running now that record_wanted takes, evmbpf itself apart: how many
+ * were put into pids. */
+int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max);
+/* Where a process's trace goes: DIR[/job-ID]/evmbpf-PID[-rankR]SUFFIX.jsonl, the job's
+ * folder made (ID: the process's TORCHELASTIC_RUN_ID, else port-MASTER_PORT). 0, or -1
+ * (said). */
+int record_path(const struct record_opts *o, pid_t pid, const char *rank, const char *suffix,
+		char *out, size_t cap);
+/* Does this end deserve a trace? `ended`: the process ended (else the recorder stopped
+ * first); exit_code as wait(2) encodes it; `called`: it called a module. */
+int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,
+		int called);
+
+/* The recorder's pid file (EVMBPF_RECORD_PIDFILE, else /run/evmbpf-record.pid): 0, or
+ * -1 (said: another recorder runs, or it cannot be written). */
+int record_pidfile_write(void);
+void record_pidfile_remove(void);
+/* SIGUSR1 (its value a pid, or none): flush requests are taken from here on. */
+void record_flush_catch(void);
+/* A flush asked for since the last call: 0 none, -1 every process, else that pid. */
+pid_t record_flush_asked(void);
+/* evmbpf record --flush [--pid PID]: ask the running recorder; evmbpf's exit status. */
+int record_flush_send(pid_t pid);
+
+/* The size of --max-memory: a number with K, M or G; -1 when it is not one. */
+int64_t record_parse_size(const char *text);
+
+#endif

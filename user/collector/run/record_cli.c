@@ -1,0 +1,177 @@
+/* evmbpf record: its options, and --flush, the request to a running recorder
+ * (docs/record.md). The recording itself is job.c's loop with record.c's source. */
+#include "record.h"
+#include "record_cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tracer_run.h"
+#include "util.h"
+
+static const char usage[] =
+	"USAGE\n"
+	"  evmbpf record --dir DIR [--tail N] [--match REGEX] [--cgroup PATH]\n"
+	"                [--max-memory SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
+	"  evmbpf record --flush [--pid PID]\n"
+	"\n"
+	"A flight recorder for the whole node: every Python process (those running now, and\n"
+	"each later one a moment after its exec) is traced, its last N events kept in\n"
+	"memory, and a trace written to DIR only for a process that ends badly: an uncaught\n"
+	"exception, a signal (the OOM killer named), a non-zero exit status, a non-finite\n"
+	"output (--stop-on-nonfinite). A process that exits 0 leaves nothing. Runs until\n"
+	"SIGTERM or SIGINT; every target runs on. See docs/record.md.\n"
+	"\n"
+	"OPTIONS\n"
+	"      --dir DIR          where traces go: DIR/evmbpf-PID[-rankR].jsonl, a job's ranks\n"
+	"                         in DIR/job-ID/ (TORCHELASTIC_RUN_ID, else port-MASTER_PORT)\n"
+	"  -t, --tail N           events kept a process (default 5000)\n"
+	"      --match REGEX      only processes whose command line the Python regular\n"
+	"                         expression finds (re.search)\n"
+	"      --cgroup PATH      only processes in this cgroup (v2) or below it\n"
+	"      --max-memory SIZE  every tail together (default 512M; K, M, G): each live\n"
+	"                         process keeps its share, the oldest events go first\n"
+	"      --keep-all         write every process's tail at its end, whatever the end\n"
+	"      --numeric          tensor stats of CPU tensors (see evmbpf --help)\n"
+	"      --stop-on-nonfinite  a process whose module output holds a NaN or an Inf: its\n"
+	"                         trace ends there and is written, the process is stopped\n"
+	"  -m, --modules REGEX    trace only modules whose path matches\n"
+	"      --ringbuf-mb N     each process's BPF ring buffer, MiB, a power of two (default 2)\n"
+	"      --flush            ask the running recorder to write the live tails now\n"
+	"                         (DIR/...evmbpf-PID.flush-K.jsonl): for a hang\n"
+	"  -p, --pid PID          with --flush: that process's alone\n"
+	"  -v, --verbose          say more (repeat for more)\n"
+	"  -h, --help             this text\n";
+
+/* A whole number in [min, max]; -1 (said) otherwise. */
+static int number(const char *text, const char *what, long min, long max, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(text, &end, 10);
+	if (end == text || *end || errno || v < min || v > max) {
+		warnx_("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, text);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* DIR: a directory evmbpf may write in, made when its parent exists. */
+static int check_dir(const char *dir)
+{
+	struct stat st;
+	if (stat(dir, &st) && errno == ENOENT && mkdir(dir, 0755) == 0)
+		return 0;
+	if (stat(dir, &st)) {
+		warnx_("--dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		warnx_("--dir %s is not a directory (name a directory for the traces)", dir);
+		return -1;
+	}
+	if (access(dir, W_OK | X_OK)) {
+		warnx_("--dir %s cannot be written: %s", dir, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_KEEP, OPT_NUMERIC, OPT_STOP,
+       OPT_RINGBUF, OPT_FLUSH };
+
+int record_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "dir", required_argument, NULL, OPT_DIR },
+		{ "tail", required_argument, NULL, 't' },
+		{ "match", required_argument, NULL, OPT_MATCH },
+		{ "cgroup", required_argument, NULL, OPT_CGROUP },
+		{ "max-memory", required_argument, NULL, OPT_MAXMEM },
+		{ "keep-all", no_argument, NULL, OPT_KEEP },
+		{ "numeric", no_argument, NULL, OPT_NUMERIC },
+		{ "stop-on-nonfinite", no_argument, NULL, OPT_STOP },
+		{ "modules", required_argument, NULL, 'm' },
+		{ "ringbuf-mb", required_argument, NULL, OPT_RINGBUF },
+		{ "flush", no_argument, NULL, OPT_FLUSH },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct tracer_opts opts = { .mode = TRACE_NODE, .ringbuf_mb = 2, .quiet = 1 };
+	opts.trace.tail = 5000;
+	opts.record.max_memory = 512ull << 20;
+	int flush = 0, c;
+	long v;
+	pid_t pid = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "t:m:p:vh", longopts, NULL)) != -1) {
+		switch (c) {
+		case OPT_DIR: opts.record.dir = optarg; break;
+		case 't':
+			if (number(optarg, "--tail", 1, 100000000, &v))
+				return 2;
+			opts.trace.tail = v;
+			break;
+		case OPT_MATCH: opts.record.match = optarg; break;
+		case OPT_CGROUP: opts.record.cgroup = optarg; break;
+		case OPT_MAXMEM: {
+			int64_t size = record_parse_size(optarg);
+			if (size <= 0) {
+				warnx_("--max-memory must be a size (a whole number of bytes, or with K, "
+				       "M or G), not '%s'", optarg);
+				return 2;
+			}
+			opts.record.max_memory = (uint64_t)size;
+			break;
+		}
+		case OPT_KEEP: opts.record.keep_all = 1; break;
+		case OPT_NUMERIC: opts.trace.numeric = 1; break;
+		case OPT_STOP: opts.trace.numeric = opts.trace.stop_on_nonfinite = 1; break;
+		case 'm': opts.trace.modules = optarg; break;
+		case OPT_RINGBUF:
+			if (number(optarg, "--ringbuf-mb", 1, 1024, &v))
+				return 2;
+			if (v & (v - 1)) {
+				warnx_("--ringbuf-mb must be a power of two, not %ld", v);
+				return 2;
+			}
+			opts.ringbuf_mb = v;
+			break;
+		case OPT_FLUSH: flush = 1; break;
+		case 'p':
+			if (number(optarg, "--pid", 1, INT_MAX, &v))
+				return 2;
+			pid = (pid_t)v;
+			break;
+		case 'v': verbose++; break;
+		case 'h': fputs(usage, stdout); return 0;
+		default: fputs(usage, stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		warnx_("record takes no arguments (%s): see evmbpf record --help", argv[optind]);
+		return 2;
+	}
+	if (flush)
+		return record_flush_send(pid);
+	if (pid) {
+		warnx_("record: --pid goes with --flush (the recorder traces every process)");
+		return 2;
+	}
+	if (!opts.record.dir) {
+		warnx_("record needs --dir DIR: where the traces of the processes that end badly go");
+		return 2;
+	}
+	if (check_dir(opts.record.dir))
+		return 1;
+	return tracer_run(&opts);
+}

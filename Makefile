@@ -110,7 +110,7 @@ $(AGENT_PTX): agent/stats_kernels.c agent/stats_kernels.h | $(BUILD)
 .PHONY: agent
 ifneq ($(and $(CUPTI_INC),$(wildcard $(CUPTI_INC)/cuda.h)),)
 agent: $(AGENT)
-$(AGENT): $(AGENT_SRCS) agent/agent.h agent/cupti_layout.h agent/stats_kernels.h include/cupti_ring.h \
+$(AGENT): $(AGENT_SRCS) agent/agent.h agent/agent_numeric.h agent/cupti_layout.h agent/stats_kernels.h include/cupti_ring.h \
 	  $(AGENT_PTX) $(CUPTI_LAYOUT_OK) | $(BUILD)
 	$(call msg,AGENT,$@)
 	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -shared -I$(CUPTI_INC) -Iagent \

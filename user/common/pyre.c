@@ -976,6 +976,112 @@ static long cond_number(const struct parser *p, size_t start, size_t len)
 	return v;
 }
 
+/* (?P=name): a reference to a named group. */
+static void group_named_ref(struct parser *p, struct seq *q, size_t at)
+{
+	size_t nstart, nlen = getuntil(p, ')', "group name", &nstart);
+	char r[300];
+	checkgroupname(p, nstart, nlen, 1);
+	int gid = lookup_name(p, nstart, nlen);
+	if (gid < 0)
+		fail(p, nlen + 1, "unknown group name %s",
+		     repr(p, nstart, nstart + nlen, r, sizeof(r)));
+	if (!checkgroup(p, gid))
+		fail(p, nlen + 1, "cannot refer to an open group");
+	checklookbehindgroup(p, gid);
+	put_ref(p, gid);
+	seq_add(q, p, at, K_OTHER, p->gw[gid].lo, p->gw[gid].hi);
+}
+
+/* (?=...), (?!...), (?<=...), (?<!...): `c` is the character after "(?". */
+static void group_lookaround(struct parser *p, struct seq *q, size_t at, size_t start, long c,
+			     int verbose, int nested, unsigned flags)
+{
+	struct sb *o = &p->out;
+	char t[16];
+	int behind = 0;
+	long saved = p->lookbehindgroups;
+	size_t groups_at = p->groups;
+	if (c == '<') {
+		c = get(p);
+		if (c == NONE)
+			fail(p, 0, "unexpected end of pattern");
+		if (c != '=' && c != '!')
+			fail(p, toklen(c) + 2, "unknown extension ?<%s", tokstr(c, t));
+		behind = 1;
+		if (saved == NONE)
+			p->lookbehindgroups = (long)p->groups;
+	}
+	sb_printf(o, "(?:(?%s%c", behind ? "<" : "", (int)c);
+	struct width w = parse_sub(p, verbose, nested + 1, flags);
+	if (behind && saved == NONE)
+		p->lookbehindgroups = NONE;
+	if (!match(p, ')'))
+		fail(p, tell(p) - start, "missing ), unterminated subpattern");
+	sb_puts(o, "))");
+	if (behind && w.lo != w.hi)
+		p->bad_lookbehind = 1;
+	seq_add(q, p, at, K_OTHER, 0, 0);
+	q->lookaround = p->groups == groups_at;
+}
+
+/* (?(id/name)yes|no): a conditional group, "(?(" read. */
+static void group_conditional(struct parser *p, struct seq *q, size_t at, size_t start,
+			      int verbose, int nested, unsigned flags)
+{
+	struct sb *o = &p->out;
+	char r[300];
+	size_t cstart, clen = getuntil(p, ')', "group name", &cstart);
+	long gid;
+	if (is_identifier(p, cstart, clen)) {
+		gid = lookup_name(p, cstart, clen);
+		if (gid < 0)
+			fail(p, clen + 1, "unknown group name %s",
+			     repr(p, cstart, cstart + clen, r, sizeof(r)));
+	} else {
+		gid = cond_number(p, cstart, clen);
+		if (gid < 0)
+			fail(p, clen + 1, "bad character in group name %s",
+			     repr(p, cstart, cstart + clen, r, sizeof(r)));
+		if (!gid)
+			fail(p, clen + 1, "bad group number");
+		size_t i;
+		for (i = 0; i < p->nrefpos && p->refpos[i].gid != gid; i++)
+			;
+		if (i == p->nrefpos && i < 64) {
+			p->refpos[i].gid = (int)gid;
+			p->refpos[i].pos = tell(p) - clen - 1;
+			p->nrefpos++;
+		}
+	}
+	checklookbehindgroup(p, gid);
+	sb_printf(o, "(?(%ld)", gid);
+	unsigned f = flags;
+	struct width yes = parse(p, verbose, nested + 1, 0, &f), no = { 0, 0 };
+	int has_no = 0;
+	if (match(p, '|')) {
+		sb_puts(o, "|");
+		f = flags;
+		no = parse(p, verbose, nested + 1, 0, &f);
+		has_no = 1;
+		if (p->next == '|')
+			fail(p, 0, "conditional backref with more than two branches");
+	}
+	if (!match(p, ')'))
+		fail(p, tell(p) - start, "missing ), unterminated subpattern");
+	sb_puts(o, ")");
+	if (p->lookbehindgroups != NONE)
+		refuse(p, "a conditional group inside a look-behind");
+	struct width w = yes;
+	if (has_no) {
+		w.lo = no.lo < w.lo ? no.lo : w.lo;
+		w.hi = no.hi > w.hi ? no.hi : w.hi;
+	} else {
+		w.lo = 0;
+	}
+	seq_add(q, p, at, K_OTHER, w.lo, w.hi);
+}
+
 /* "(" was read; `start` is its position. 1 when it was global flags. */
 static int parse_group(struct parser *p, struct seq *q, size_t start, int verbose, int nested,
 			int first, unsigned *flags)
@@ -985,7 +1091,7 @@ static int parse_group(struct parser *p, struct seq *q, size_t start, int verbos
 	int capture = 1, atomic = 0, named = 0;
 	size_t nstart = 0, nlen = 0;
 	unsigned add = 0, del = 0;
-	char r[300], t[16];
+	char t[16];
 
 	if (match(p, '?')) {
 		long c = get(p);
@@ -997,17 +1103,7 @@ static int parse_group(struct parser *p, struct seq *q, size_t start, int verbos
 				checkgroupname(p, nstart, nlen, 1);
 				named = 1;
 			} else if (match(p, '=')) {
-				nlen = getuntil(p, ')', "group name", &nstart);
-				checkgroupname(p, nstart, nlen, 1);
-				int gid = lookup_name(p, nstart, nlen);
-				if (gid < 0)
-					fail(p, nlen + 1, "unknown group name %s",
-					     repr(p, nstart, nstart + nlen, r, sizeof(r)));
-				if (!checkgroup(p, gid))
-					fail(p, nlen + 1, "cannot refer to an open group");
-				checklookbehindgroup(p, gid);
-				put_ref(p, gid);
-				seq_add(q, p, at, K_OTHER, p->gw[gid].lo, p->gw[gid].hi);
+				group_named_ref(p, q, at);
 				return 0;
 			} else {
 				c = get(p);
@@ -1026,81 +1122,10 @@ static int parse_group(struct parser *p, struct seq *q, size_t start, int verbos
 			}
 			return 0;
 		} else if (c == '=' || c == '!' || c == '<') {
-			int behind = 0;
-			long saved = p->lookbehindgroups;
-			size_t groups_at = p->groups;
-			if (c == '<') {
-				c = get(p);
-				if (c == NONE)
-					fail(p, 0, "unexpected end of pattern");
-				if (c != '=' && c != '!')
-					fail(p, toklen(c) + 2, "unknown extension ?<%s", tokstr(c, t));
-				behind = 1;
-				if (saved == NONE)
-					p->lookbehindgroups = (long)p->groups;
-			}
-			sb_printf(o, "(?:(?%s%c", behind ? "<" : "", (int)c);
-			struct width w = parse_sub(p, verbose, nested + 1, *flags);
-			if (behind && saved == NONE)
-				p->lookbehindgroups = NONE;
-			if (!match(p, ')'))
-				fail(p, tell(p) - start, "missing ), unterminated subpattern");
-			sb_puts(o, "))");
-			if (behind && w.lo != w.hi)
-				p->bad_lookbehind = 1;
-			seq_add(q, p, at, K_OTHER, 0, 0);
-			q->lookaround = p->groups == groups_at;
+			group_lookaround(p, q, at, start, c, verbose, nested, *flags);
 			return 0;
 		} else if (c == '(') {
-			size_t cstart, clen = getuntil(p, ')', "group name", &cstart);
-			long gid;
-			if (is_identifier(p, cstart, clen)) {
-				gid = lookup_name(p, cstart, clen);
-				if (gid < 0)
-					fail(p, clen + 1, "unknown group name %s",
-					     repr(p, cstart, cstart + clen, r, sizeof(r)));
-			} else {
-				gid = cond_number(p, cstart, clen);
-				if (gid < 0)
-					fail(p, clen + 1, "bad character in group name %s",
-					     repr(p, cstart, cstart + clen, r, sizeof(r)));
-				if (!gid)
-					fail(p, clen + 1, "bad group number");
-				size_t i;
-				for (i = 0; i < p->nrefpos && p->refpos[i].gid != gid; i++)
-					;
-				if (i == p->nrefpos && i < 64) {
-					p->refpos[i].gid = (int)gid;
-					p->refpos[i].pos = tell(p) - clen - 1;
-					p->nrefpos++;
-				}
-			}
-			checklookbehindgroup(p, gid);
-			sb_printf(o, "(?(%ld)", gid);
-			unsigned f = *flags;
-			struct width yes = parse(p, verbose, nested + 1, 0, &f), no = { 0, 0 };
-			int has_no = 0;
-			if (match(p, '|')) {
-				sb_puts(o, "|");
-				f = *flags;
-				no = parse(p, verbose, nested + 1, 0, &f);
-				has_no = 1;
-				if (p->next == '|')
-					fail(p, 0, "conditional backref with more than two branches");
-			}
-			if (!match(p, ')'))
-				fail(p, tell(p) - start, "missing ), unterminated subpattern");
-			sb_puts(o, ")");
-			if (p->lookbehindgroups != NONE)
-				refuse(p, "a conditional group inside a look-behind");
-			struct width w = yes;
-			if (has_no) {
-				w.lo = no.lo < w.lo ? no.lo : w.lo;
-				w.hi = no.hi > w.hi ? no.hi : w.hi;
-			} else {
-				w.lo = 0;
-			}
-			seq_add(q, p, at, K_OTHER, w.lo, w.hi);
+			group_conditional(p, q, at, start, verbose, nested, *flags);
 			return 0;
 		} else if (c == '>') {
 			capture = 0;

@@ -73,6 +73,7 @@ struct job {
 		uint64_t due_ns;
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
+	int full;           /* the last proc_start found no room */
 };
 
 static uint64_t mono_ns(void)
@@ -107,7 +108,8 @@ static int free_slot(struct job *j)
  * record's word for when it attached ("running", "exec", "fork"). */
 static struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded)
 {
-	if (j->n == JOB_MAX && !free_slot(j)) {
+	j->full = j->n == JOB_MAX && !free_slot(j);
+	if (j->full) {
 		warnx_("more than %d processes: %d is not traced", JOB_MAX, pid);
 		return NULL;
 	}
@@ -426,9 +428,15 @@ static void node_looks(struct job *j)
 			continue; /* already traced (a traced process's exec is --follow's) */
 		if (!record_wanted(&j->opts->record, j->match, pid))
 			continue;
+		if (record_exe_refused(pid)) {
+			debugx("%d: its Python could not be traced before: skipped", pid);
+			continue;
+		}
 		struct proc *p = proc_start(j, pid, 0, "exec");
 		if (p)
 			session_announce(&p->s);
+		else if (!j->full && !process_gone(pid))
+			record_exe_refuse(pid); /* said once; its like skipped from now on */
 	}
 }
 
@@ -504,9 +512,14 @@ static int node_start(struct job *j)
 	pid_t pids[JOB_MAX];
 	int n = record_scan(o, j->match, pids, JOB_MAX), traced = 0;
 	for (int i = 0; i < n; i++) {
-		struct proc *p = proc_start(j, pids[i], 0, "running");
-		if (!p)
+		if (record_exe_refused(pids[i]))
 			continue;
+		struct proc *p = proc_start(j, pids[i], 0, "running");
+		if (!p) {
+			if (!j->full && !process_gone(pids[i]))
+				record_exe_refuse(pids[i]);
+			continue;
+		}
 		watch_running_modules(&p->s);
 		if (proc_numeric(j, p))
 			continue;

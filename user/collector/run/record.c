@@ -155,6 +155,43 @@ int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfi
 	return ended && exit_code > 0; /* a signal, or a status that is not 0 */
 }
 
+/* ---- executables that could not be traced ---- */
+
+#define REFUSED_MAX 64
+static struct {
+	dev_t dev;
+	ino_t ino;
+} refused[REFUSED_MAX];
+static int nrefused;
+
+static int exe_id(pid_t pid, struct stat *st)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	return stat(path, st);
+}
+
+int record_exe_refused(pid_t pid)
+{
+	struct stat st;
+	if (exe_id(pid, &st))
+		return 0;
+	for (int i = 0; i < nrefused; i++)
+		if (refused[i].dev == st.st_dev && refused[i].ino == st.st_ino)
+			return 1;
+	return 0;
+}
+
+void record_exe_refuse(pid_t pid)
+{
+	struct stat st;
+	if (nrefused == REFUSED_MAX || exe_id(pid, &st) || record_exe_refused(pid))
+		return;
+	refused[nrefused].dev = st.st_dev;
+	refused[nrefused].ino = st.st_ino;
+	nrefused++;
+}
+
 /* ---- the pid file and the flush requests ---- */
 
 static const char *pidfile(void)

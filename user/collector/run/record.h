@@ -30,6 +30,12 @@ int record_path(const struct record_opts *o, pid_t pid, const char *rank, const 
 int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,
 		int called);
 
+/* A Python build evmbpf could not trace is named once: later processes of the same
+ * executable are skipped without a word. refused(pid): 1 when its executable was
+ * refused before; refuse(pid): remember it. */
+int record_exe_refused(pid_t pid);
+void record_exe_refuse(pid_t pid);
+
 /* The recorder's pid file (EVMBPF_RECORD_PIDFILE, else /run/evmbpf-record.pid): 0, or
  * -1 (said: another recorder runs, or it cannot be written). */
 int record_pidfile_write(void);

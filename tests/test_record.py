@@ -1,0 +1,680 @@
+"""`evmbpf record` (docs/record.md), the node's flight recorder, on real CPython + real
+PyTorch: plain `python3 run_workload.py ...` processes (not the recorder's children),
+started once the recorder says it is recording, each one's file compared with what the
+reference writes with `--tail N` for the same work (or, where the reference cannot write
+one, a SIGKILL or os._exit(), with the reference's full trace of the same work cut where
+the process died, its last N events kept as `--tail N` keeps them).
+
+One recorder run (class TestRecorder) takes the set of processes that end in every way
+(the files of exactly the abnormal ones), a process that ran before it started, a rank of
+a job, and a hang flushed by `evmbpf record --flush --pid`; its end (SIGTERM) must leave
+no probe and a process hung mid-forward running on. A second run takes --keep-all and
+--match; the refused arguments start none. EVMBPF_FULL_MATRIX=1 adds --max-memory."""
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
+                            RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
+                            probes_left, proc_state, torch_major, without_machine_notes)
+
+pytestmark = pytest.mark.root
+
+TAIL = 50  # small: the tails below really drop events (the workloads write 60-140)
+RECORD_ANY = os.path.join(OWN_WORKLOADS, "record_any.py")
+FAULT_MODEL = os.path.join(OWN_WORKLOADS, "fault_model.py")
+RAISES = os.path.join(REF_WORKLOADS, "raises.py")  # 35 events: its tail keeps its header
+HANG_AT = 5          # record_any: the 6th forward hangs in layers.1
+NO_TORCH = "import time; time.sleep(3); raise ValueError('no torch here')"
+FILE_WAIT_S = 60     # how long a file may take to appear once its process ended
+_KWARGS = []
+
+
+def kwargs_compared():
+    """torch < 2.0: the reference sees no kwargs (run_workload.py), so they are not compared."""
+    if not _KWARGS:
+        _KWARGS.append(torch_major() >= 2)
+    return _KWARGS[0]
+
+
+def clean_env(**extra):
+    """The environment of a workload: none of the test runner's rank or knob variables."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+                        "MASTER_PORT", "MASTER_ADDR", "EVMBPF_RECORD_PIDFILE")
+           and not k.startswith(("FAULT_", "RECORD_", "MIDFORWARD_"))}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def workload(path, *extra, env=None):
+    """A plain workload process (the recorder's to find, not its child)."""
+    return subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, path, *extra], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env or clean_env())
+
+
+def wait_for_path(path, timeout, proc=None):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"{path} never appeared: the process ended "
+                                 f"(rc {proc.returncode}): {proc.stderr.read()[-2000:]}")
+        assert time.monotonic() < deadline, f"{path} never appeared in {timeout} s"
+        time.sleep(0.02)
+
+
+def settled(path, timeout=FILE_WAIT_S):
+    """Wait until the file exists, ends with a newline and has kept its size for 0.5 s
+    (the recorder may still be writing it); its events (load())."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        size = os.path.getsize(path) if os.path.exists(path) else None
+        if size and size == last:
+            with open(path, "rb") as handle:
+                data = handle.read()
+            if data.endswith(b"\n"):
+                return load(path)
+        assert time.monotonic() < deadline, (
+            f"{path} did not appear complete in {timeout} s (size {size})")
+        last = size
+        time.sleep(0.5)
+
+
+def files_of(directory):
+    """Every file under the recorder's folder, relative to it."""
+    found = set()
+    for root, _, names in os.walk(directory):
+        for name in names:
+            found.add(os.path.relpath(os.path.join(root, name), directory))
+    return found
+
+
+def pid_of_file(relpath):
+    m = re.search(r"evmbpf-(\d+)(?:-rank\d+)?(?:\.flush-\d+)?\.jsonl$", relpath)
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------- the oracles
+
+def open_frames(events):
+    """The enter events not exited at the end of events (one thread)."""
+    stack = []
+    for e in events:
+        if e["event"] == "enter":
+            stack.append(e)
+        elif e["event"] == "exit":
+            assert stack and stack[-1]["call"] == e["call"], e
+            stack.pop()
+    return stack
+
+
+def unwound(frames, reason):
+    return [{"event": "unwound", "module": f["module"], "type": f["type"], "depth": position,
+             "phase": f["phase"], "forward": f["forward"], "call": f["call"], "args": f["args"],
+             "deepest": position == len(frames) - 1, "reason": reason}
+            for position, f in enumerate(frames)]
+
+
+def cut_before_end(full, module, forward):
+    """The reference's full trace up to the enter of `module` in `forward` (the process
+    died, or hangs, inside it): the events a tracer saw before the end."""
+    for index, e in enumerate(full):
+        if e["event"] == "enter" and e["module"] == module and e["forward"] == forward:
+            return full[:index + 1]
+    raise AssertionError(f"no enter of {module} in forward {forward} in the reference")
+
+
+def tail_of(prefix, ending, n=TAIL):
+    """What --tail n writes: the last n of prefix + ending (numbered on from prefix's i),
+    then the `dropped` line when some went."""
+    events = [dict(e) for e in prefix] + [dict(e) for e in ending]
+    for number, e in enumerate(events, 1):
+        assert e.get("i", number) == number, (e, number)
+        e["i"] = number
+    kept = events[-n:]
+    dropped = len(events) - len(kept)
+    return kept + ([{"event": "dropped", "count": dropped, "i": len(events) + 1}]
+                   if dropped else [])
+
+
+def death(frames, exc_type):
+    """The error event of a process that died inside frames (only the keys compared)."""
+    return {"event": "error", "exc_type": exc_type, "module": frames[-1]["module"],
+            "forward": frames[-1]["forward"]}
+
+
+def assert_tail(expected, path):
+    """The file's events equal the expected tail: each on the compared keys and its
+    number (i); an error event on the keys the expectation names."""
+    got = [e for e in load(path) if not (e.get("event") == "dropped" and "where" in e)]
+    shown = "\n".join(json.dumps(e)[:200] for e in got[-8:])
+    assert len(got) == len(expected), (
+        f"{path}: {len(got)} events, expected {len(expected)}; its last:\n{shown}")
+    for index, (a, b) in enumerate(zip(expected, got)):
+        if a["event"] == "error":
+            mine = {k: b.get(k) for k in a}
+            assert mine == a and b.get("i") == a["i"], (
+                f"{path}: event {index}: expected {a}\ngot {b}")
+            continue
+        ca, cb = comparable(a, kwargs_compared()), comparable(b, kwargs_compared())
+        ca["i"], cb["i"] = a.get("i"), b.get("i")
+        if a["event"] == "dropped":
+            ca["count"], cb["count"] = a["count"], b.get("count")
+        assert ca == cb, f"{path}: event {index} differs:\nexpected {a}\ngot      {b}"
+
+
+def assert_equals_reference_tail(ref_path, path):
+    """The file equals the reference's --tail N trace, as tests/test_trace.py's
+    test_tail_matches_reference compares them: the same dropped count, then event by
+    event on the compared keys (evmbpf's extension keys are not among them)."""
+    a = load(ref_path)
+    b = [e for e in load(path) if not (e.get("event") == "dropped" and "where" in e)]
+    if a[-1]["event"] == "dropped":
+        assert b[-1]["event"] == "dropped", b[-1]
+        assert a[-1]["count"] == b[-1]["count"] and a[-1]["i"] == b[-1]["i"], (a[-1], b[-1])
+        a, b = a[:-1], b[:-1]
+    else:
+        assert b[-1]["event"] != "dropped", b[-1]
+    compare_traces(a, b, kwargs=kwargs_compared())
+    return b
+
+
+@pytest.fixture(scope="module")
+def refs(tmp_path_factory):
+    """The reference's traces of the work the recorded processes do, run before any
+    recorder starts (so that no recorder sees them): name -> path."""
+    base = tmp_path_factory.mktemp("refs")
+    jobs = {
+        # full traces: the oracles for the ends the reference cannot write
+        "any": (RECORD_ANY, [], clean_env()),
+        "fault": (FAULT_MODEL, [], clean_env(FAULT_FORWARDS=6)),
+        # --tail N traces: the files the recorder must write for the same work
+        "any-tail": (RECORD_ANY, ["--tail", str(TAIL)], clean_env()),
+        "raise-tail": (FAULT_MODEL, ["--tail", str(TAIL)],
+                       clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise")),
+        "raises-tail": (RAISES, ["--tail", str(TAIL)], clean_env()),
+    }
+    procs = {}
+    for name, (path, extra, env) in jobs.items():
+        out = str(base / f"{name}.jsonl")
+        procs[name] = (out, subprocess.Popen(
+            [HOST_PYTHON, RUN_WORKLOAD, path, "--trace", out, *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    paths = {}
+    for name, (out, proc) in procs.items():
+        _, err = proc.communicate(timeout=300)
+        assert os.path.exists(out), f"the reference wrote no {name} trace: {err[-2000:]}"
+        paths[name] = out
+    return paths
+
+
+# ---------------------------------------------------------------- the recorder
+
+class Recorder:
+    """`evmbpf record --dir DIR --tail N ARGS`, its pid file in the test's folder; ready
+    once it has said on stderr that it is recording."""
+
+    def __init__(self, directory, *args, pidfile, tail=TAIL, timeout=120):
+        self.dir, self.pidfile = str(directory), str(pidfile)
+        os.makedirs(self.dir, exist_ok=True)
+        self.env = dict(os.environ, EVMBPF_RECORD_PIDFILE=self.pidfile)
+        self.uprobe_events = probes_left()
+        self.proc = subprocess.Popen([EVMBPF, "record", "--dir", self.dir, "--tail", str(tail),
+                                      *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=self.env)
+        self.lines = []
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None:
+                self._reader.join(5)
+                raise AssertionError(f"evmbpf record ended (rc {self.proc.returncode}) before "
+                                     f"it said it is recording:\n{self.stderr()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"evmbpf record did not say it is recording in "
+                                     f"{timeout} s:\n{self.stderr()}")
+        self.progs = set()
+        self.snapshot_links()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if line.startswith("recording"):
+                self._ready.set()
+
+    def stderr(self):
+        return "".join(self.lines)
+
+    def snapshot_links(self):
+        """The BPF programs its perf links (uprobes, tracepoints) run, seen now."""
+        links = perf_links(self.proc.pid)
+        self.progs |= {p["prog_id"] for p in links}
+        return links
+
+    def flush(self, *args):
+        return subprocess.run([EVMBPF, "record", "--flush", *args], capture_output=True,
+                              text=True, env=self.env, timeout=60)
+
+    def stop(self, timeout=60):
+        """SIGTERM; its exit status (a hang fails here)."""
+        self.snapshot_links()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"evmbpf record did not end {timeout} s after SIGTERM:\n"
+                                 f"{self.stderr()}")
+        self._reader.join(10)
+        return rc
+
+    def assert_probes_gone(self, targets=()):
+        """No perf link of its left, none on a target, none of its programs loaded, no
+        uprobe event of its left in tracefs (polled: the kernel frees a closed link's
+        program after an RCU grace period)."""
+        assert self.progs, "no perf link of the recorder was seen while it recorded"
+        deadline = time.monotonic() + 5
+        while True:
+            listed = json.loads(subprocess.run(["bpftool", "-j", "perf", "list"],
+                                               capture_output=True, text=True).stdout or "[]")
+            left = [p for p in listed if p.get("pid") == self.proc.pid
+                    or any(f"/proc/{t}/" in p.get("filename", "") for t in targets)]
+            alive = [p for p in self.progs
+                     if subprocess.run(["bpftool", "prog", "show", "id", str(p)],
+                                       capture_output=True).returncode == 0]
+            if not (left or alive) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert not left, f"perf links left: {left}"
+        assert not alive, f"BPF programs still loaded 5 s after the recorder ended: {alive}"
+        added = set(probes_left().splitlines()) - set(self.uprobe_events.splitlines())
+        assert not added, f"uprobe events left in tracefs: {added}"
+
+
+def started(proc):
+    """A --wait-for workload's `ready pid=N` line."""
+    line = proc.stdout.readline()
+    assert re.match(r"ready pid=\d+", line), f"{line!r} {proc.stderr.read()[-2000:]}"
+    return proc
+
+
+# ---------------------------------------------------------------- one recorder, every end
+
+class TestRecorder:
+    """One `evmbpf record --tail 50` for every test of the class; it stops at the end of
+    the class (SIGTERM), with what that must do checked there."""
+
+    @pytest.fixture(scope="class")
+    def recorder(self, evmbpf, refs, tmp_path_factory):
+        base = tmp_path_factory.mktemp("record")
+        # a process running before the recorder starts (torch imported, model built),
+        # released by the batch below, after the recorder is ready
+        pre_go = str(base / "go-pre")
+        pre = started(workload(RAISES, "--wait-for", pre_go, "--wait-timeout", "900"))
+        try:
+            rec = Recorder(base / "traces", pidfile=base / "pid")
+        except BaseException:
+            pre.kill()
+            raise
+        # a process hung mid-forward (forward 2) when the recorder stops: it must run on
+        survivor_flag, survivor_go = str(base / "survivor-hung"), str(base / "survivor-go")
+        survivor = workload(RECORD_ANY, env=clean_env(
+            RECORD_FORWARDS=3, RECORD_HANG_AT=1, RECORD_FLAG=survivor_flag,
+            RECORD_RESUME=survivor_go, RECORD_PAUSE=900))
+        rec.base, rec.pre, rec.pre_go = base, pre, pre_go
+        rec.survivor, rec.survivor_flag = survivor, survivor_flag
+        rec.targets = [pre.pid, survivor.pid]
+        try:
+            yield rec
+        finally:
+            try:
+                wait_for_path(survivor_flag, 120, survivor)
+                rec.snapshot_links()
+                rc = rec.stop()
+                assert rc == 0, f"evmbpf record ended with {rc} on SIGTERM:\n{rec.stderr()}"
+                time.sleep(0.5)
+                assert survivor.poll() is None, (
+                    f"the process hung mid-forward ended when the recorder stopped "
+                    f"(rc {survivor.returncode}): {survivor.stderr.read()[-2000:]}")
+                assert proc_state(survivor.pid) != "T", "the recorder left its target stopped"
+                rec.assert_probes_gone(rec.targets)
+                open(survivor_go, "w").close()
+                out, err = survivor.communicate(timeout=120)
+                assert survivor.returncode == 0, (survivor.returncode, err[-2000:])
+                # SIGTERM drops the live tails (without --keep-all); a flush's are its own
+                theirs = [f for f in files_of(rec.dir) if pid_of_file(f) == survivor.pid
+                          and ".flush-" not in f]
+                assert not theirs, f"SIGTERM wrote a live tail: {theirs}"
+            finally:
+                for proc in (pre, survivor):
+                    if proc.poll() is None:
+                        proc.kill()
+                        proc.wait()
+                if rec.proc.poll() is None:
+                    rec.proc.kill()
+                    rec.proc.wait()
+
+    @pytest.fixture(scope="class")
+    def batch(self, recorder):
+        """Processes that end in every way, started together once the recorder is ready:
+        name -> (pid, exit status); and the recorder's files for them once settled."""
+        base = recorder.base
+        kill_flag = str(base / "kill-hung")
+        procs = {
+            "ok": workload(RECORD_ANY),
+            "raise": workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise")),
+            "sigkill": workload(RECORD_ANY, env=clean_env(
+                RECORD_HANG_AT=HANG_AT, RECORD_FLAG=kill_flag, RECORD_PAUSE=900)),
+            "os_exit": workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="exit")),
+            "sys_exit": workload(RECORD_ANY, env=clean_env(RECORD_END="sysexit")),
+            "no_torch": subprocess.Popen([HOST_PYTHON, "-c", NO_TORCH], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=clean_env()),
+            "rank": workload(RAISES, env=clean_env(RANK=1, TORCHELASTIC_RUN_ID="abc")),
+        }
+        procs["running"] = recorder.pre
+        recorder.targets += [p.pid for p in procs.values()]
+        try:
+            open(recorder.pre_go, "w").close()
+            wait_for_path(kill_flag, 180, procs["sigkill"])
+            time.sleep(0.2)
+            os.kill(procs["sigkill"].pid, signal.SIGKILL)
+            ends = {}
+            for name, proc in procs.items():
+                _, err = proc.communicate(timeout=300)
+                ends[name] = (proc.pid, proc.returncode, err)
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+        pids = {name: end[0] for name, end in ends.items()}
+        expected = {name: f"evmbpf-{pid}.jsonl" for name, pid in pids.items()
+                    if name not in ("ok", "no_torch", "rank")}
+        expected["rank"] = f"job-abc/evmbpf-{pids['rank']}-rank1.jsonl"
+        for relpath in expected.values():
+            try:
+                settled(os.path.join(recorder.dir, relpath))
+            except AssertionError as exc:
+                # the set test says which are missing; the others still get their checks
+                print(f"\n{exc}")
+        time.sleep(2)  # what should not be written has had time to be
+        return {"ends": ends, "pids": pids, "expected": expected,
+                "files": files_of(recorder.dir), "dir": recorder.dir}
+
+    def test_says_recording_and_writes_its_pid(self, recorder):
+        with open(recorder.pidfile) as handle:
+            assert int(handle.read().strip()) == recorder.proc.pid
+
+    def test_exactly_the_abnormal_ends_leave_files(self, batch, recorder):
+        """exit 0 and a process without torch (raising): no file; an uncaught exception,
+        SIGKILL mid-forward, os._exit(3) mid-forward, sys.exit(3), a rank's exception, a
+        process running before the recorder: one file each."""
+        ends = batch["ends"]
+        assert {n: rc for n, (_, rc, _) in ends.items()} == {
+            "ok": 0, "raise": 1, "sigkill": -signal.SIGKILL, "os_exit": 3, "sys_exit": 3,
+            "no_torch": 1, "rank": 1, "running": 1}, {n: e[2][-500:] for n, e in ends.items()}
+        ours = set(batch["pids"].values())
+        got = {f for f in batch["files"] if pid_of_file(f) in ours}
+        assert got == set(batch["expected"].values()), (
+            f"files {sorted(got)}, expected {sorted(batch['expected'].values())}\n"
+            f"pids {batch['pids']}\nrecorder stderr:\n{recorder.stderr()}")
+
+    def path(self, batch, name):
+        path = os.path.join(batch["dir"], batch["expected"][name])
+        assert os.path.exists(path), f"no {batch['expected'][name]}"
+        return path
+
+    def test_exception_file_is_the_reference_tail(self, batch, refs):
+        """An uncaught exception inside forward 4 (fault_model.py): the file is the
+        reference's --tail 50 trace of the same run, its dropped count the same."""
+        events = assert_equals_reference_tail(refs["raise-tail"], self.path(batch, "raise"))
+        assert events[0]["event"] != "header"  # the tail really dropped events
+        error = next(e for e in events if e["event"] == "error")
+        assert error["exc_type"] == "RuntimeError" and error["module"] == "blocks.1.inner"
+
+    def test_sigkill_file(self, batch, refs):
+        """SIGKILL while layers.1 of forward 6 waits: the last 50 of the events before it,
+        the error SIGKILL, the open frames unwound (process exited)."""
+        prefix = cut_before_end(load(refs["any"]), "layers.1", HANG_AT + 1)
+        frames = open_frames(prefix)
+        assert [f["module"] for f in frames] == ["<root>", "layers.1"]
+        assert_tail(tail_of(prefix, [death(frames, "SIGKILL"),
+                                     *unwound(frames, "process exited")]),
+                    self.path(batch, "sigkill"))
+
+    def test_os_exit_file(self, batch, refs):
+        """os._exit(3) inside blocks.1.inner of forward 4: the error `exit`, its frames
+        unwound, after the last events before it."""
+        prefix = cut_before_end(load(refs["fault"]), "blocks.1.inner", 4)
+        frames = open_frames(prefix)
+        assert_tail(tail_of(prefix, [death(frames, "exit"), *unwound(frames, "process exited")]),
+                    self.path(batch, "os_exit"))
+
+    def test_sys_exit_file(self, batch, refs):
+        """sys.exit(3) after the forwards, outside every module: the last events of the
+        work (an error event after them, if any, says exit or SystemExit)."""
+        path = self.path(batch, "sys_exit")
+        full = load(refs["any"])
+        errors = [e for e in load(path) if e["event"] == "error"]
+        assert len(errors) <= 1, errors
+        ending = [{"event": "error", "exc_type": errors[0]["exc_type"]}] if errors else []
+        if errors:
+            assert errors[0]["exc_type"] in ("exit", "SystemExit"), errors[0]
+        assert_tail(tail_of(full, ending), path)
+
+    def test_running_before_the_recorder(self, batch, refs):
+        """A process running when the recorder started (its torch imported, its model
+        built), which then raised: its file is the reference's --tail 50 trace (its
+        counters start at the attach, before its first module call), attached "running"."""
+        events = assert_equals_reference_tail(refs["raises-tail"], self.path(batch, "running"))
+        assert events[0]["event"] == "header"
+        assert events[0]["tracer"]["recorder"]["attached"] == "running", events[0]["tracer"]
+        assert events[0]["tracer"]["pid"] == batch["pids"]["running"]
+
+    def test_rank_file_in_its_job_folder(self, batch, refs):
+        """RANK=1, TORCHELASTIC_RUN_ID=abc: DIR/job-abc/evmbpf-PID-rank1.jsonl, the
+        reference's tail; its header says rank 1, attached at its exec."""
+        events = assert_equals_reference_tail(refs["raises-tail"], self.path(batch, "rank"))
+        tracer = events[0]["tracer"]
+        assert tracer["rank"] == 1 and tracer["pid"] == batch["pids"]["rank"], tracer
+        assert tracer["recorder"]["attached"] == "exec", tracer
+
+    def test_flush_of_a_hang(self, recorder, refs):
+        """A process hung in layers.1 of forward 6: `evmbpf record --flush --pid PID`
+        writes DIR/evmbpf-PID.flush-1.jsonl (the tail, then the open frames unwound,
+        session ended) and the process runs on; SIGUSR1 to the recorder writes flush-2,
+        the same; SIGKILL then writes its own file, the tail the flushes did not change."""
+        flag = str(recorder.base / "flush-hung")
+        proc = workload(RECORD_ANY, env=clean_env(RECORD_HANG_AT=HANG_AT, RECORD_FLAG=flag,
+                                                  RECORD_PAUSE=900))
+        recorder.targets.append(proc.pid)
+        try:
+            wait_for_path(flag, 180, proc)
+            time.sleep(0.2)
+            prefix = cut_before_end(load(refs["any"]), "layers.1", HANG_AT + 1)
+            frames = open_frames(prefix)
+            expected = tail_of(prefix, unwound(frames, "session ended"))
+
+            r = recorder.flush("--pid", str(proc.pid))
+            assert r.returncode == 0, r.stderr
+            first = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.flush-1.jsonl")
+            settled(first)
+            assert_tail(expected, first)
+            assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z"), \
+                "the flushed process did not run on"
+            flushes = {f for f in files_of(recorder.dir) if ".flush-" in f}
+            assert flushes == {os.path.basename(first)}, \
+                f"--pid {proc.pid} flushed others too: {flushes}"
+
+            # SIGUSR1: every live process's tail, the other hung one's (forward 2) too
+            wait_for_path(recorder.survivor_flag, 120, recorder.survivor)
+            os.kill(recorder.proc.pid, signal.SIGUSR1)
+            second = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.flush-2.jsonl")
+            settled(second)
+            assert_tail(expected, second)
+            assert proc.poll() is None, "the flushed process did not run on"
+            other = os.path.join(recorder.dir, f"evmbpf-{recorder.survivor.pid}.flush-1.jsonl")
+            settled(other)
+            before = cut_before_end(load(refs["any"]), "layers.1", 2)
+            assert_tail(tail_of(before, unwound(open_frames(before), "session ended")), other)
+            assert recorder.survivor.poll() is None, "the flushed process did not run on"
+
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=60)
+            killed = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.jsonl")
+            settled(killed)
+            assert_tail(tail_of(prefix, [death(frames, "SIGKILL"),
+                                         *unwound(frames, "process exited")]), killed)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+# ---------------------------------------------------------------- --keep-all, --match
+
+WANTED = "evmbpf-wanted"  # in the command line of the processes --match selects
+
+
+class TestKeepAllAndMatch:
+    """`evmbpf record --keep-all --match evmbpf-wanted`: the selected processes' command
+    lines name a folder of that name (a link to the workloads)."""
+
+    @pytest.fixture(scope="class")
+    def run(self, evmbpf, refs, tmp_path_factory):
+        base = tmp_path_factory.mktemp("keepall")
+        wanted = base / WANTED
+        wanted.mkdir()
+        for path in (RECORD_ANY, RAISES):
+            os.symlink(path, wanted / os.path.basename(path))
+        rec = Recorder(base / "traces", "--keep-all", "--match", WANTED, pidfile=base / "pid")
+        procs = {}
+        try:
+            procs = {
+                "clean": workload(str(wanted / "record_any.py")),          # exit 0: keep-all
+                "unmatched": workload(RAISES),                              # raises, not selected
+                "matched": workload(str(wanted / "raises.py")),             # raises, selected
+                "no_torch": subprocess.Popen([HOST_PYTHON, "-c", NO_TORCH.replace(
+                    "raise ValueError('no torch here')", "pass"), WANTED],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()),
+            }
+            ends = {}
+            for name, proc in procs.items():
+                _, err = proc.communicate(timeout=300)
+                ends[name] = (proc.pid, proc.returncode, err)
+            pids = {name: end[0] for name, end in ends.items()}
+            for name in ("clean", "matched"):
+                try:
+                    settled(os.path.join(rec.dir, f"evmbpf-{pids[name]}.jsonl"))
+                except AssertionError as exc:
+                    print(f"\n{exc}")
+            time.sleep(2)
+            files = files_of(rec.dir)
+            rc = rec.stop()
+            rec.assert_probes_gone(list(pids.values()))
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+            if rec.proc.poll() is None:
+                rec.proc.kill()
+                rec.proc.wait()
+        return {"ends": ends, "pids": pids, "files": files, "rc": rc, "rec": rec}
+
+    def test_stops_cleanly(self, run):
+        assert run["rc"] == 0, run["rec"].stderr()
+        assert {n: rc for n, (_, rc, _) in run["ends"].items()} == {
+            "clean": 0, "unmatched": 1, "matched": 1, "no_torch": 0}
+
+    def test_keep_all_writes_a_clean_exit(self, run, refs):
+        """--keep-all: the process that exited 0 has its file, the reference's --tail 50
+        trace of the same run; one without torch still has none."""
+        name = f"evmbpf-{run['pids']['clean']}.jsonl"
+        assert name in run["files"], (sorted(run["files"]), run["rec"].stderr())
+        assert_equals_reference_tail(refs["any-tail"], os.path.join(run["rec"].dir, name))
+        assert f"evmbpf-{run['pids']['no_torch']}.jsonl" not in run["files"]
+
+    def test_match_selects_by_command_line(self, run, refs):
+        """--match: the raising process whose command line does not match has no file;
+        the one that matches has its file, the reference's tail."""
+        pids = run["pids"]
+        assert not [f for f in run["files"] if pid_of_file(f) == pids["unmatched"]], \
+            sorted(run["files"])
+        name = f"evmbpf-{pids['matched']}.jsonl"
+        assert name in run["files"], (sorted(run["files"]), run["rec"].stderr())
+        assert_equals_reference_tail(refs["raises-tail"], os.path.join(run["rec"].dir, name))
+
+
+# ---------------------------------------------------------------- --max-memory
+
+@pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1 (make test-matrix)")
+def test_max_memory_bounds_the_tail(evmbpf, refs, tmp_path):
+    """--max-memory 16K with --tail 5000: the tail keeps fewer events than --tail says
+    (said on stderr), and the file's dropped line counts the ones that went: its events
+    are the last of the reference's full trace, cut where the process died."""
+    rec = Recorder(tmp_path / "traces", "--max-memory", "16K", pidfile=tmp_path / "pid",
+                   tail=5000)
+    try:
+        proc = workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="exit"))
+        proc.communicate(timeout=300)
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        settled(path)
+    finally:
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    events = load(path)
+    assert events[-1]["event"] == "dropped" and events[-1]["count"] > 0, events[-1]
+    kept = len(events) - 1
+    prefix = cut_before_end(load(refs["fault"]), "blocks.1.inner", 4)
+    frames = open_frames(prefix)
+    assert_tail(tail_of(prefix, [death(frames, "exit"), *unwound(frames, "process exited")],
+                        n=kept), path)
+    assert str(proc.pid) in rec.stderr(), rec.stderr()
+
+
+# ---------------------------------------------------------------- refused input
+
+def bad_inputs(tmp):
+    a_file = os.path.join(tmp, "a-file")
+    with open(a_file, "w") as handle:
+        handle.write("not a folder\n")
+    traces = os.path.join(tmp, "traces")
+    return {
+        "no --dir": (["record"], ["--dir"]),
+        "--dir a file": (["record", "--dir", a_file], [a_file]),
+        "--tail 0": (["record", "--dir", traces, "--tail", "0"], ["--tail"]),
+        "--max-memory x": (["record", "--dir", traces, "--max-memory", "x"], ["--max-memory"]),
+        "--flush, no recorder": (["record", "--flush"],
+                                 [os.path.join(tmp, "record.pid"), "no recorder"]),
+    }
+
+
+BAD = ["no --dir", "--dir a file", "--tail 0", "--max-memory x", "--flush, no recorder"]
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_input_refused(evmbpf, case, tmp_path):
+    """Each ends non-zero with one line on stderr that names the problem (any of the
+    names listed), and starts no recorder (no pid file)."""
+    args, names = bad_inputs(str(tmp_path))[case]
+    pidfile = os.path.join(str(tmp_path), "record.pid")
+    env = dict(os.environ, EVMBPF_RECORD_PIDFILE=pidfile)
+    try:
+        r = subprocess.run([EVMBPF, *args], capture_output=True, text=True, env=env, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"evmbpf {' '.join(args)} was not refused: still running after 30 s")
+    lines = [ln for ln in without_machine_notes(r.stderr).splitlines() if ln.strip()]
+    assert r.returncode != 0, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith("evmbpf: "), r.stderr
+    assert any(name in lines[0] for name in names), (names, lines[0])
+    assert not os.path.exists(pidfile), "a recorder started"

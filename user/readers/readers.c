@@ -12,6 +12,7 @@
 
 #include "export.h"
 #include "reader_cmds.h"
+#include "reader_dir.h"
 #include "reader_job.h"
 #include "reader_trace.h"
 
@@ -47,6 +48,8 @@ static const char usage_text[] =
 	"    -n, --tail N        module events listed before the failure (default 10)\n"
 	"                a job's traces (several TRACEs, or a DIR of them): a line a process,\n"
 	"                the one that failed first, where each other was when it ended\n"
+	"                a DIR `evmbpf record` wrote: what died on the node, first failure\n"
+	"                first, each with its summary; the live tails (--flush) apart\n"
 	"  show        every module one forward ran, with what went in and out\n"
 	"    -f, --forward N     the forward to show (see `evmbpf forwards`)\n"
 	"    -m, --module REGEX  only modules matching this Python regular expression\n"
@@ -207,6 +210,9 @@ int readers_main(int argc, char **argv)
 	/* a testing knob: small reads split lines (and \r\n) across reads */
 	if (getenv("EVMBPF_READ_CHUNK"))
 		rd_read_chunk = (size_t)strtoul(getenv("EVMBPF_READ_CHUNK"), NULL, 10);
+	if (strcmp(o.cmd, "summarize") == 0 && o.ntraces == 1 &&
+	    (rc = rd_dir_main(o.trace, o.tail)) >= 0) /* a recorder's DIR (reader_dir.c) */
+		return rc;
 	if (strcmp(o.cmd, "summarize") == 0) { /* a job's traces (reader_job.c) */
 		rc = rd_job_main(o.traces, o.ntraces, o.tail);
 		if (rc >= 0)

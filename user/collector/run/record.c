@@ -48,24 +48,42 @@ static ssize_t read_proc(pid_t pid, const char *what, char *buf, size_t cap)
 	return n;
 }
 
-/* Is the process in the cgroup (v2) `want`, or one below it? */
+/* Is `cg` (a path in a hierarchy) the cgroup `want` (wl bytes) or below it? */
+static int under(const char *cg, const char *want, size_t wl)
+{
+	return wl <= 1 || (!strncmp(cg, want, wl) && (cg[wl] == 0 || cg[wl] == '/'));
+}
+
+/* Is the process in the cgroup `want`, or one below it? `want` is a path in a hierarchy,
+ * or that path where the hierarchy is mounted: /sys/fs/cgroup/PATH (v2), and on a v1 or
+ * hybrid host /sys/fs/cgroup/CONTROLLERS/PATH or /sys/fs/cgroup/unified/PATH. Each line
+ * of /proc/PID/cgroup (ID:CONTROLLERS:PATH) is tried. */
 static int in_cgroup(pid_t pid, const char *want)
 {
 	const char *root = "/sys/fs/cgroup";
-	if (!strncmp(want, root, strlen(root)))
-		want += strlen(root);
-	size_t wl = strlen(want);
-	while (wl > 1 && want[wl - 1] == '/')
-		wl--;
 	char text[4096];
 	if (read_proc(pid, "cgroup", text, sizeof(text)) <= 0)
 		return 0;
-	/* the unified hierarchy's line: 0::/PATH */
 	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-		if (strncmp(line, "0::", 3))
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
 			continue;
-		const char *cg = line + 3;
-		if (wl <= 1 || (!strncmp(cg, want, wl) && (cg[wl] == 0 || cg[wl] == '/')))
+		*c2 = 0;
+		const char *ctl = c1 + 1, *cg = c2 + 1, *w = want;
+		if (!strncmp(w, root, strlen(root))) {
+			w += strlen(root);
+			/* the hierarchy's own mount point: its controllers, or unified (v2) */
+			const char *mount = *ctl ? ctl : "unified";
+			size_t ml = strlen(mount);
+			if (w[0] == '/' && !strncmp(w + 1, mount, ml) && (w[1 + ml] == '/' || !w[1 + ml]))
+				w += 1 + ml;
+			else if (*ctl)
+				continue; /* another controller's mount */
+		}
+		size_t wl = strlen(w);
+		while (wl > 1 && w[wl - 1] == '/')
+			wl--;
+		if (!wl || under(cg, w, wl))
 			return 1;
 	}
 	return 0;

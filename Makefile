@@ -254,6 +254,10 @@ install: $(BUILD)/evmbpf
 	if [ -f $(AGENT) ]; then install -D -m 0644 $(AGENT) \
 		$(DESTDIR)$(PREFIX)/lib/evmbpf/evmbpf-cupti.so; fi
 	install -D -m 0644 docs/evmbpf.8 $(DESTDIR)$(MANDIR)/man8/evmbpf.8
+	install -D -m 0644 contrib/evmbpf-record.service \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system/evmbpf-record.service
+	sed -i 's|/usr/local/bin/evmbpf|$(PREFIX)/bin/evmbpf|' \
+		$(DESTDIR)$(PREFIX)/lib/systemd/system/evmbpf-record.service
 
 clean:
 	rm -rf $(BUILD)

@@ -678,3 +678,49 @@ def test_bad_input_refused(evmbpf, case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("evmbpf: "), r.stderr
     assert any(name in lines[0] for name in names), (names, lines[0])
     assert not os.path.exists(pidfile), "a recorder started"
+
+
+# ---------------------------------------------------------------- --cgroup
+
+def scratch_cgroup(name):
+    """A cgroup of our own, as the host has them: (its path to give --cgroup, the
+    cgroup.procs file to move a process into it); the unified hierarchy where the host
+    has one of its own (v2), else v1's pids controller."""
+    for mount in ("/sys/fs/cgroup", "/sys/fs/cgroup/pids"):
+        if mount == "/sys/fs/cgroup" and not os.path.exists(f"{mount}/cgroup.controllers"):
+            continue
+        if os.path.isdir(mount):
+            path = os.path.join(mount, name)
+            os.makedirs(path, exist_ok=True)
+            return path, os.path.join(path, "cgroup.procs")
+    pytest.skip("no cgroup hierarchy here to make a cgroup in (v2, or v1's pids)")
+
+
+def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
+    """--cgroup PATH (its mount path given): of two processes that raise, the one moved
+    into the cgroup (before its exec) has its file, the reference's tail; the one outside
+    has none."""
+    path, procs_file = scratch_cgroup(f"evmbpf-test-{os.getpid()}")
+    rec = Recorder(tmp_path / "traces", "--cgroup", path, pidfile=tmp_path / "pid")
+    try:
+        inside = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > {procs_file} && exec "$0" "$@"', HOST_PYTHON,
+             RUN_WORKLOAD, RAISES], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env())
+        outside = workload(RAISES)
+        for proc in (inside, outside):
+            proc.communicate(timeout=300)
+        assert (inside.returncode, outside.returncode) == (1, 1)
+        settled(os.path.join(rec.dir, f"evmbpf-{inside.pid}.jsonl"))
+        time.sleep(1)
+        files = files_of(rec.dir)
+    finally:
+        rc = rec.stop()
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+    assert rc == 0, rec.stderr()
+    assert files == {f"evmbpf-{inside.pid}.jsonl"}, (files, rec.stderr())
+    assert_equals_reference_tail(refs["raises-tail"],
+                                 os.path.join(rec.dir, f"evmbpf-{inside.pid}.jsonl"))

@@ -61,14 +61,24 @@ def without_machine_notes(stderr):
     return "\n".join(ln for ln in stderr.splitlines() if NO_DEBUG_REGISTERS not in ln)
 
 
+MARKS = ("unobservable", "recorded")
+
+
 def load(path, marks=False):
-    """A trace's events. Without marks=True, not the closing line evmbpf writes where
-    hardware breakpoints never fire ({"event": "unobservable"}: a mark on the trace, not
-    an event of the work; tests/test_machines.py checks it), so a test of something else
-    reads the trace as it reads one written where they fire."""
+    """A trace's events. Without marks=True, not the closing lines that are marks on the
+    trace, not events of the work: the one evmbpf writes where hardware breakpoints never
+    fire ({"event": "unobservable"}; tests/test_machines.py checks it), and evmbpf
+    record's ({"event": "recorded"}: why it wrote the file; tests/test_record.py), so a
+    test of something else reads the trace as it reads one written without them."""
     with open(path) as handle:
         events = [json.loads(line) for line in handle if line.strip()]
-    return events if marks else [e for e in events if e.get("event") != "unobservable"]
+    return events if marks else [e for e in events if e.get("event") not in MARKS]
+
+
+def recorded_why(path):
+    """evmbpf record's closing mark: why it wrote this file (None: no mark)."""
+    marks = [e for e in load(path, marks=True) if e.get("event") == "recorded"]
+    return marks[-1]["why"] if marks else None
 
 
 def run_evmbpf(*args, binary=EVMBPF, env=None, timeout=120):
@@ -188,7 +198,7 @@ def comparable(event, kwargs=True):
 def module_events(events):
     """The events a reference's trace has too: not the header, nor evmbpf's closing line
     that says what this machine could not observe."""
-    return [e for e in events if e.get("event") not in ("header", "unobservable")]
+    return [e for e in events if e.get("event") not in ("header",) + MARKS]
 
 
 def compare_traces(ref, got, kwargs=True, phase=True):

@@ -22,7 +22,8 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
-                            probes_left, proc_state, torch_major, without_machine_notes)
+                            probes_left, proc_state, recorded_why, torch_major,
+                            without_machine_notes)
 
 pytestmark = pytest.mark.root
 
@@ -441,6 +442,7 @@ class TestRecorder:
         assert events[0]["event"] != "header"  # the tail really dropped events
         error = next(e for e in events if e["event"] == "error")
         assert error["exc_type"] == "RuntimeError" and error["module"] == "blocks.1.inner"
+        assert recorded_why(self.path(batch, "raise")) == "exit status 1"
 
     def test_sigkill_file(self, batch, refs):
         """SIGKILL while layers.1 of forward 6 waits: the last 50 of the events before it,
@@ -451,6 +453,7 @@ class TestRecorder:
         assert_tail(tail_of(prefix, [death(frames, "SIGKILL"),
                                      *unwound(frames, "process exited")]),
                     self.path(batch, "sigkill"))
+        assert recorded_why(self.path(batch, "sigkill")) == "killed by signal 9"
 
     def test_os_exit_file(self, batch, refs):
         """os._exit(3) inside blocks.1.inner of forward 4: the error `exit`, its frames
@@ -471,6 +474,7 @@ class TestRecorder:
         if errors:
             assert errors[0]["exc_type"] in ("exit", "SystemExit"), errors[0]
         assert_tail(tail_of(full, ending), path)
+        assert recorded_why(path) == "exit status 3"  # the file says why it is there
 
     def test_running_before_the_recorder(self, batch, refs):
         """A process running when the recorder started (its torch imported, its model
@@ -510,6 +514,7 @@ class TestRecorder:
             first = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.flush-1.jsonl")
             settled(first)
             assert_tail(expected, first)
+            assert recorded_why(first) == "flush: the process runs on"
             assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z"), \
                 "the flushed process did not run on"
             flushes = {f for f in files_of(recorder.dir) if ".flush-" in f}

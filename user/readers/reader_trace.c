@@ -303,8 +303,9 @@ cJSON *rd_ev_take_member(struct rd_event *e, const char *key)
 
 /* evmbpf's marks that documents in flight were not observable: the header's
  * tracer.watch.note_samples, or the closing `unobservable` line naming note_samples (a
- * --tail trace may have lost its header). 1 for that line: a mark, not an event of the
- * work, so the readers pass over it (and read the rest as they read an unmarked trace). */
+ * --tail trace may have lost its header); and evmbpf record's closing `recorded` line
+ * (why it wrote the file). 1 for such a line: a mark, not an event of the work, so the
+ * readers pass over it (and read the rest as they read an unmarked trace). */
 static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 {
 	const cJSON *what;
@@ -318,6 +319,13 @@ static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 		return 0;
 	}
 	what = rd_ev_get(ev, "event");
+	if (pyv_kind(what) == PYV_STR && !strcmp(what->valuestring, "recorded")) {
+		/* evmbpf record's closing mark: why the file was written */
+		const cJSON *why = rd_ev_get(ev, "why");
+		if (pyv_kind(why) == PYV_STR)
+			snprintf(t->recorded_why, sizeof(t->recorded_why), "%s", why->valuestring);
+		return 1;
+	}
 	if (pyv_kind(what) != PYV_STR || strcmp(what->valuestring, "unobservable"))
 		return 0;
 	what = rd_ev_get(ev, "what");

@@ -104,6 +104,9 @@ struct rd_trace {
 	 * written (the header's tracer.watch, or the closing `unobservable` event): the
 	 * readers then say so instead of "none recorded" */
 	int samples_unobservable;
+	/* evmbpf record's closing mark: why the recorder wrote the file ("exit status 3",
+	 * "killed by signal 9", "flush: the process runs on"); "" when it has none */
+	char recorded_why[160];
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);

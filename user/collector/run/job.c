@@ -182,6 +182,7 @@ static void proc_end(struct proc *p)
 		p->s.discard = !record_keep(&p->opts.record, p->s.ended, p->s.exit_code,
 					    p->s.trace.nonfinite != NULL, called);
 		end_words(&p->s, how, sizeof(how));
+		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
 	}
 	int rc = session_finish(&p->s);
 	watchdog_forget(p->s.target.pid);

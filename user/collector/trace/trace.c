@@ -527,7 +527,12 @@ int trace_snapshot(struct trace *t, const char *path)
 	int64_t next_i = t->seq + 1;
 	sink_finish(tail, &next_i);
 	if (!hw_watch_works())
-		trace_write_unobservable(t, next_i);
+		trace_write_unobservable(t, next_i++);
+	char why[sizeof(t->recorded_why)];
+	memcpy(why, t->recorded_why, sizeof(why));
+	snprintf(t->recorded_why, sizeof(t->recorded_why), "flush: the process runs on");
+	trace_write_recorded(t, next_i++);
+	memcpy(t->recorded_why, why, sizeof(why));
 	int err = sink_flush(tail);
 	if (err)
 		warnx_("cannot write %s: %s", path, strerror(err));
@@ -576,7 +581,9 @@ int trace_close(struct trace *t)
 	int64_t next_i = t->seq + 1; /* of a line written here */
 	sink_finish(t->sink, &next_i);
 	if (!sink_file_error(t->file) && t->events && !hw_watch_works())
-		trace_write_unobservable(t, next_i);
+		trace_write_unobservable(t, next_i++);
+	if (!sink_file_error(t->file) && t->events && t->recorded_why[0])
+		trace_write_recorded(t, next_i++);
 	int err = sink_flush(t->sink);
 	if (err && !t->write_reported)
 		warnx_("cannot write %s: %s", t->out_path, strerror(err));

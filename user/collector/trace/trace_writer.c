@@ -161,3 +161,17 @@ void trace_write_unobservable(struct trace *t, int64_t i)
 	t->events++;
 	buf_free(&b);
 }
+
+void trace_write_recorded(struct trace *t, int64_t i)
+{
+	struct buf b = {0};
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	buf_puts(&b, "{\"event\": \"recorded\", \"why\": ");
+	jw_cstr(&b, t->recorded_why);
+	buf_printf(&b, ", \"pid\": %d, \"i\": %lld, \"ts_ns\": %lld}\n", t->target->pid,
+		   (long long)i, (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+	sink_put(t->sink, &b);
+	t->events++;
+	buf_free(&b);
+}

@@ -45,11 +45,11 @@ void debugx(const char *fmt, ...)
 }
 
 /* The size asked for is said: where a reader runs out, the trace holds something far
- * larger than it expects. */
+ * larger than it expects. Exit status 1, as any failed command, and no core dump. */
 static void oom(size_t n)
 {
 	fprintf(stderr, "evmbpf: out of memory (asking for %zu bytes)\n", n);
-	abort();
+	exit(1);
 }
 
 void *xmalloc(size_t n)

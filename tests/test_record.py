@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
+from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
                             probes_left, proc_state, recorded_why, torch_major,
                             without_machine_notes)
@@ -171,7 +171,7 @@ def assert_tail(expected, path):
         assert ca == cb, f"{path}: event {index} differs:\nexpected {a}\ngot      {b}"
 
 
-def assert_equals_reference_tail(ref_path, path):
+def assert_equals_reference_tail(ref_path, path, kwargs=None):
     """The file equals the reference's --tail N trace, as tests/test_trace.py's
     test_tail_matches_reference compares them: the same dropped count, then event by
     event on the compared keys (evmbpf's extension keys are not among them)."""
@@ -183,7 +183,7 @@ def assert_equals_reference_tail(ref_path, path):
         a, b = a[:-1], b[:-1]
     else:
         assert b[-1]["event"] != "dropped", b[-1]
-    compare_traces(a, b, kwargs=kwargs_compared())
+    compare_traces(a, b, kwargs=kwargs_compared() if kwargs is None else kwargs)
     return b
 
 
@@ -729,3 +729,70 @@ def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
     assert files == {f"evmbpf-{inside.pid}.jsonl"}, (files, rec.stderr())
     assert_equals_reference_tail(refs["raises-tail"],
                                  os.path.join(rec.dir, f"evmbpf-{inside.pid}.jsonl"))
+
+
+# ---------------------------------------------------------------- the recorder killed
+
+def test_recorder_killed_targets_run_on(evmbpf, tmp_path):
+    """SIGKILL to the recorder while a process it traces hangs mid-forward: the process
+    is not left stopped, runs to its end (exit 0) once released, and no probe of the
+    recorder is left on it (its links went with its file descriptors)."""
+    wanted = tmp_path / WANTED
+    wanted.mkdir()
+    os.symlink(RECORD_ANY, wanted / "record_any.py")
+    flag, resume = str(tmp_path / "hung"), str(tmp_path / "resume")
+    rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
+    proc = workload(str(wanted / "record_any.py"), env=clean_env(
+        RECORD_HANG_AT=2, RECORD_FLAG=flag, RECORD_RESUME=resume, RECORD_PAUSE=300))
+    try:
+        wait_for_path(flag, 180, proc)
+        assert f"attached to {proc.pid}" in rec.stderr(), rec.stderr()
+        rec.snapshot_links()
+        rec.proc.kill()
+        rec.proc.wait(timeout=30)
+        time.sleep(0.5)
+        assert proc_state(proc.pid) not in ("T", "t"), "the target was left stopped"
+        open(resume, "w").close()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+        rec.assert_probes_gone([proc.pid])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if rec.proc.poll() is None:
+            rec.proc.kill()
+
+
+# ---------------------------------------------------------------- a process in a chroot
+
+def test_chroot_process_has_its_file(evmbpf, tmp_path):
+    """A process of the trixie chroot (python 3.13, torch 2.6: another build than the
+    host's) that raises: the recorder takes it a moment after its exec, as a host
+    process, and its file is the reference's --tail 50 trace of the same work there."""
+    target = chroot_target("trixie").with_outdir(str(tmp_path))
+    if not os.path.isdir(subprocess.run([target.prefix[0], "path", "trixie"], text=True,
+                                        capture_output=True).stdout.strip() + "/usr"):
+        pytest.skip("the trixie chroot is not built (scripts/chroot.sh ensure trixie)")
+    ref = str(tmp_path / "ref.jsonl")
+    r = target.reference(RAISES, ref, extra=("--tail", str(TAIL)))
+    assert os.path.exists(ref), r.stderr[-2000:]
+    # its command line names the workload as the chroot sees it: nothing else matches
+    rec = Recorder(tmp_path / "traces", "--match", re.escape(target.guest(RAISES)),
+                   pidfile=tmp_path / "pid")
+    try:
+        r = target.plain(RAISES)
+        assert r.returncode == 1, r.stderr[-2000:]
+        time.sleep(1)
+        deadline = time.monotonic() + FILE_WAIT_S
+        while not files_of(rec.dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        files = files_of(rec.dir)
+    finally:
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    assert len(files) == 1, (files, rec.stderr())
+    path = os.path.join(rec.dir, files.pop())
+    settled(path)
+    assert_equals_reference_tail(ref, path, kwargs=target.kwargs)
+    assert recorded_why(path) == "exit status 1"

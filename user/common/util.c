@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pyfmt.h"
 
@@ -221,4 +222,11 @@ int bad_option(const char *cmd, int c, char *const argv[])
 	else
 		warnx_("unknown option '%s' (see evmbpf %s --help)", argv[optind - 1], cmd);
 	return 2;
+}
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }

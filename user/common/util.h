@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -53,5 +54,8 @@ int parse_pid(const char *text, pid_t *out);
 /* A subcommand's getopt_long() returned `c` ('?' or ':'; opterr = 0 and ":" first in
  * the option string): said on stderr; returns 2, the exit status of a bad command line. */
 int bad_option(const char *cmd, int c, char *const argv[]);
+
+/* CLOCK_MONOTONIC in nanoseconds: the one clock for timeouts, graces and intervals. */
+uint64_t mono_ns(void);
 
 #endif

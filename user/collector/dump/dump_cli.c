@@ -16,9 +16,7 @@
 
 static double now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+	return mono_ns() / 1e6;
 }
 
 static uint64_t signature(const struct dump_snapshot *s)

@@ -58,13 +58,6 @@ static const char *const set_device_syms[] = {
 #define SCAN_BYTES 0x10000
 #define STATS_TRIES 8                 /* reads of a DeviceStats that does not add up */
 
-uint64_t cudamem_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int cudamem_read(pid_t pid, uint64_t addr, void *dst, size_t n)
 {
 	struct pyreader r = { .pid = pid };
@@ -351,7 +344,7 @@ int cudamem_available(struct cudamem *c)
 void cudamem_record(struct cudamem *c, const struct rec_mem *r)
 {
 	if (!c->first_mem_ns && !(r->flags & MEM_F_LOADED))
-		c->first_mem_ns = cudamem_now_ns(); /* a module call */
+		c->first_mem_ns = mono_ns(); /* a module call */
 	if (r->flags & MEM_F_UNKNOWN) {
 		/* no counters: the thread's next event has `mem` null */
 		for (int i = 0; i < CUDAMEM_TIDS; i++)

@@ -85,10 +85,9 @@ void cudamem_record(struct cudamem *c, const struct rec_mem *r);
 /* `mem` of an event of thread tid: the counters of its last REC_MEM, or null. */
 void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b);
 
-/* What the session's side (cudamem_session.c) shares with the counters': a monotonic
- * clock, a read of the target's memory, and a mapping of a file whose name starts with
- * `prefix` at file offset 0 (its name, how to open it, its start; 1 found, 0 not). */
-uint64_t cudamem_now_ns(void);
+/* What the session's side (cudamem_session.c) shares with the counters': a read of the
+ * target's memory, and a mapping of a file whose name starts with `prefix` at file
+ * offset 0 (its name, how to open it, its start; 1 found, 0 not). */
 int cudamem_read(pid_t pid, uint64_t addr, void *dst, size_t n);
 int cudamem_find_mapping(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
 			 uint64_t *start_out);

@@ -38,14 +38,14 @@ static void init_seen(struct cudamem *c, const char *sign)
 {
 	if (c->init_seen_ns)
 		return;
-	c->init_seen_ns = cudamem_now_ns();
+	c->init_seen_ns = mono_ns();
 	c->init_sign = sign;
 }
 
 static void pending_warn(struct cudamem *c, uint64_t grace)
 {
 	if (c->state != CM_PENDING || !c->init_seen_ns || c->warned_pending ||
-	    cudamem_now_ns() - c->init_seen_ns < grace)
+	    mono_ns() - c->init_seen_ns < grace)
 		return;
 	c->warned_pending = 1;
 	if (!cudamem_available(c))
@@ -195,7 +195,7 @@ static void reveal_step(struct session *s)
 		left++;
 		prev = &key;
 	}
-	if (!left || (c->first_mem_ns && cudamem_now_ns() - c->first_mem_ns > REVEAL_WINDOW_NS)) {
+	if (!left || (c->first_mem_ns && mono_ns() - c->first_mem_ns > REVEAL_WINDOW_NS)) {
 		debugx("CUDA: GetDevice no longer probed (%d thread(s) with their device unknown)", left);
 		cudamem_reveal_end(s);
 	}

@@ -62,9 +62,7 @@ static long futex(uint32_t *word, int op, uint32_t val, const struct timespec *t
 
 static uint64_t now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return mono_ns() / 1000000;
 }
 
 void cupti_numeric_setup(struct cupti_ring *ring, struct trace *t, int stop_on_nonfinite)

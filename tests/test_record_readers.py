@@ -23,11 +23,13 @@ T0 = 1796206091000000000   # 2026-12-02 10:08:11 UTC, in ns
 S = 1000000000
 
 
-def write_trace(path, pid, end=None, header=None, forwards=2, start=T0, reason=None):
+def write_trace(path, pid, end=None, header=None, forwards=2, start=T0, reason=None,
+                why=None):
     """A recorder's trace of pid: `forwards` whole forwards of one module, then a third
     entered and never returned. end: (exc_type, message, ts_ns) of its error event, or
     None (a live tail, or a process with no error). header: the tracer's part of a
-    header (the tail still holds it), or None."""
+    header (the tail still holds it), or None. why: the recorder's closing mark
+    ({"event": "recorded", "why": ...}: why it wrote the file), or None."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lines, ts = [], start
     if header is not None:
@@ -61,6 +63,8 @@ def write_trace(path, pid, end=None, header=None, forwards=2, start=T0, reason=N
     lines.append(call("unwound", forwards + 1, args=arg, deepest=True,
                       reason=reason or ("process exited" if end and end[0].startswith("SIG")
                                         else "session ended"), tid=pid, ts_ns=ts))
+    if why is not None:
+        lines.append({"event": "recorded", "why": why, "pid": pid, "ts_ns": ts + 777})
     with open(path, "w") as handle:
         for i, line in enumerate(lines, 1):
             handle.write(json.dumps({**line, "i": i}) + "\n")
@@ -311,3 +315,63 @@ def test_run_directory_and_single_file_unchanged(tmp_path):
     shutil.copy(os.path.join(CORPUS, "error_mem.jsonl"), run / "debug" / "trace.jsonl")
     single = summarize(str(run / "debug" / "trace.jsonl"))
     assert summarize(str(run)) == single.replace(str(run / "debug" / "trace.jsonl"), str(run))
+
+
+# ---- the recorder's closing mark: why it wrote the file ----
+
+def test_exit_status_from_the_recorders_mark(tmp_path):
+    """sys.exit(3) outside every module leaves no error event: the mark names the status."""
+    d = str(tmp_path / "n")
+    path = write_trace(os.path.join(d, "evmbpf-8.jsonl"), 8, why="exit status 3")
+    out = summarize(d)
+    assert out.startswith(f"{d}: 1 process ended badly, first failure first:\n"
+                          "  1. 2026-12-02 10:08:11.000005 UTC  pid 8, rank -  a non-zero exit "
+                          "status: exit status 3\n"), out
+    text = sections(out)["=== 1 of 1: pid 8, rank -"]
+    assert "\nhow:    a non-zero exit status: exit status 3\n" in text
+    assert "\nwhen:   2026-12-02 10:08:11.000005 UTC (the last event's ts_ns " \
+        f"{T0 + 5000})\n" in text
+    assert text.endswith("\n" + summarize(path))   # the mark is no event of the work
+
+
+def test_mark_beside_an_error_and_a_signal(tmp_path):
+    d = str(tmp_path / "n")
+    write_trace(os.path.join(d, "evmbpf-9.jsonl"), 9, ("RuntimeError", "boom", T0 + S),
+                why="exit status 1")
+    write_trace(os.path.join(d, "evmbpf-10.jsonl"), 10,
+                ("SIGKILL", "the process was killed by signal 9 (Killed)", T0),
+                why="killed by signal 9, the OOM killer's choice")
+    out = summarize(d)
+    secs = sections(out)
+    assert "\nhow:    an exception: RuntimeError: boom\nend:    exit status 1 (the " \
+        "recorder's mark)\n" in secs["=== 2 of 2: pid 9, rank -"]
+    # the OOM killer named by the mark alone
+    assert "  1. 2026-12-02 10:08:11.000000 UTC  pid 10, rank -  killed by the OOM killer: " \
+        "SIGKILL: the process was killed by signal 9 (Killed)\n" in out, out
+
+
+def test_keep_all_healthy_ends_listed_apart(tmp_path):
+    """--keep-all writes every tail: those of processes that exited 0, or still ran when
+    the recorder stopped, did not end badly; in a job they still count for the timing."""
+    d = str(tmp_path / "n")
+    job = os.path.join(d, "job-5")
+    write_trace(os.path.join(job, "evmbpf-30-rank0.jsonl"), 30, why="exit status 0",
+                start=T0 + 4 * S)
+    write_trace(os.path.join(job, "evmbpf-31-rank1.jsonl"), 31, ("ValueError", "nan", T0 + S),
+                why="exit status 1")
+    write_trace(os.path.join(d, "evmbpf-32.jsonl"), 32, why="still running")
+    write_trace(os.path.join(d, "evmbpf-32.flush-1.jsonl"), 32,
+                why="flush: the process runs on")
+    out = summarize(d)
+    assert out.startswith(f"{d}: 1 process ended badly, first failure first:\n"
+                          "  1. 2026-12-02 10:08:12.000000 UTC  pid 31, rank 1, job-5/  an "
+                          "exception: ValueError: nan\n"), out
+    assert "  job-5/ (2 processes): rank 1 failed first (ValueError), 3.000 s before rank 0 " \
+        "(exit status 0)\n" in out, out
+    assert ("\nkept by --keep-all, not ended badly:\n"
+            f"  2026-12-02 10:08:11.000005 UTC  pid 32, rank -, still running, 9 events  "
+            f"{d}/evmbpf-32.jsonl\n"
+            f"  2026-12-02 10:08:15.000005 UTC  pid 30, rank 0, job-5/, exit status 0, 9 events"
+            f"  {job}/evmbpf-30-rank0.jsonl\n") in out, out
+    assert "pid 32, rank -, flush 1, 9 events" in out
+    assert list(sections(out)) == ["=== 1 of 1: pid 31, rank 1, job-5/"]

@@ -10,11 +10,13 @@
  *   - a list of the processes that ended badly (every trace but the live tails), by the
  *     time of their end (the error's ts_ns, else the last event's; traces without times
  *     last, by name). A trace with no error event is a process that exited with a
- *     status that is not 0 outside every module (sys.exit(3): the recorder names the
- *     status on its stderr, the trace does not), or one --keep-all kept;
+ *     status that is not 0 outside every module (sys.exit(3)): the recorder's closing
+ *     mark (`recorded`) says which. One that mark says ended well ("exit status 0") or
+ *     was still running at the recorder's stop is --keep-all's, listed apart;
  *   - for each folder of several processes (a job's ranks): the one that failed first,
  *     and how many seconds before each of the others it did;
- *   - the live tails, a line each;
+ *   - the live tails, and --keep-all's traces of processes that did not end badly, a
+ *     line each;
  *   - then one section a process that ended badly: its file, pid, rank, job, when and
  *     how it ended, and the text `evmbpf summarize FILE` prints for it.
  *
@@ -52,6 +54,8 @@ struct node_trace {
 	int has_end, end_is_error;
 	long long end_ns;          /* the error's ts_ns, else the last ts_ns before it */
 	int err;                   /* errno of a failed open */
+	char why[160];             /* the recorder's closing mark: why it wrote the file
+	                            * ("exit status 3", "killed by signal 9"), or "" */
 	int cut;                   /* lines refused, or the last one cut off */
 	int bad;                   /* could not be read */
 };
@@ -388,6 +392,7 @@ static void read_end(struct node_trace *t)
 	}
 	rd_ev_clear(&ev);
 	t->events = tr.events;
+	snprintf(t->why, sizeof(t->why), "%s", tr.recorded_why);
 	t->bad = got < 0;
 	t->err = t->bad ? EIO : 0;
 	t->cut = tr.bad > 0 || tr.pending_cut;
@@ -396,6 +401,20 @@ static void read_end(struct node_trace *t)
 }
 
 /* ---- the report ---- */
+
+/* --keep-all's trace of a process that did not end badly: no error event, and the
+ * recorder's mark says it exited 0 or still ran when the recorder stopped. */
+static int kept_well(const struct node_trace *t)
+{
+	return !t->failed && !t->bad &&
+	       (!strcmp(t->why, "exit status 0") || !strcmp(t->why, "still running"));
+}
+
+/* Ended badly: every trace but the live tails and --keep-all's healthy ones. */
+static int died(const struct node_trace *t)
+{
+	return t->flush < 0 && !kept_well(t);
+}
 
 /* First the traces with a time, by it; then the others by name. */
 static int by_end(const void *a, const void *b)
@@ -431,11 +450,15 @@ static const char *kind_of_end(const struct node_trace *t)
 {
 	if (t->bad)
 		return "unreadable";
+	if (!t->failed && !strncmp(t->why, "exit status ", 12))
+		return "a non-zero exit status";
+	if (!t->failed && !strncmp(t->why, "killed by signal", 16))
+		return strcasestr(t->why, "oom") ? "killed by the OOM killer" : "killed by a signal";
 	if (!t->failed)
 		return "no error in the trace";
 	if (!strncmp(t->exc_type, "SIG", 3))
-		return strcasestr(t->message, "oom") ? "killed by the OOM killer"
-						     : "killed by a signal";
+		return strcasestr(t->message, "oom") || strcasestr(t->why, "oom")
+			       ? "killed by the OOM killer" : "killed by a signal";
 	if (!strcmp(t->exc_type, "exit") || !strcmp(t->exc_type, "SystemExit"))
 		return "a non-zero exit status";
 	if (!strcmp(t->exc_type, "NonFiniteOutput"))
@@ -449,6 +472,10 @@ static void put_how(struct buf *b, const struct node_trace *t, size_t max)
 	size_t n;
 	if (t->bad) {
 		buf_printf(b, "unreadable: %s", strerror(t->err));
+		return;
+	}
+	if (!t->failed && t->why[0]) {
+		buf_printf(b, "%s: %s", kind_of_end(t), t->why);
 		return;
 	}
 	if (!t->failed) {
@@ -496,7 +523,9 @@ static const char *end_word(const struct node_trace *t)
 {
 	if (t->bad)
 		return "unreadable";
-	return t->failed ? t->exc_type : "no error";
+	if (t->failed)
+		return t->exc_type;
+	return t->why[0] ? t->why : "no error";
 }
 
 /* The line of the job of the folder `job` (its processes, not the live tails, in end
@@ -513,6 +542,9 @@ static void job_line(struct buf *b, struct node_trace **order, size_t n, const c
 			m[k++] = order[i];
 	for (size_t i = 0; i < k && !first; i++)
 		if (m[i]->failed)
+			first = m[i];
+	for (size_t i = 0; i < k && !first; i++)
+		if (died(m[i]))
 			first = m[i];
 	if (!first && k)
 		first = m[0];
@@ -540,7 +572,7 @@ static void print_overview(struct node *nd, struct node_trace **order, size_t n,
 			   size_t died, FILE *out)
 {
 	struct buf b = { 0 };
-	size_t k = 0, tails = 0;
+	size_t k = 0, tails = 0, kept = 0;
 	int jobs = 0;
 
 	fprintf(out, "%s: %zu process%s ended badly", nd->dir, died, died == 1 ? "" : "es");
@@ -549,6 +581,10 @@ static void print_overview(struct node *nd, struct node_trace **order, size_t n,
 		const struct node_trace *t = order[i];
 		if (t->flush >= 0) {
 			tails++;
+			continue;
+		}
+		if (kept_well(t)) {
+			kept++;
 			continue;
 		}
 		buf_printf(&b, "  %zu. ", ++k);
@@ -591,6 +627,20 @@ static void print_overview(struct node *nd, struct node_trace **order, size_t n,
 			buf_line(&b, out);
 		}
 	}
+	if (kept) {
+		fputs("\nkept by --keep-all, not ended badly:\n", out);
+		for (size_t i = 0; i < n; i++) {
+			const struct node_trace *t = order[i];
+			if (t->flush >= 0 || !kept_well(t))
+				continue;
+			buf_puts(&b, "  ");
+			put_time(&b, t);
+			buf_puts(&b, "  ");
+			put_who(&b, t);
+			buf_printf(&b, ", %s, %lld events  %s", t->why, t->events, t->path);
+			buf_line(&b, out);
+		}
+	}
 	buf_free(&b);
 }
 
@@ -624,6 +674,8 @@ static int print_section(const struct node_trace *t, size_t k, size_t died, long
 	buf_puts(&b, "how:    ");
 	put_how(&b, t, 0);
 	buf_line(&b, out);
+	if (t->failed && t->why[0])
+		fprintf(out, "end:    %s (the recorder's mark)\n", t->why);
 	fputc('\n', out);
 	fflush(out); /* the summary's diagnostics come after the lines above */
 	if ((in = rd_open_trace(t->path))) {
@@ -640,7 +692,7 @@ int rd_summarize_node(const char *dir, long long tail, FILE *out)
 {
 	struct node nd = { .dir = dir };
 	struct node_trace **order;
-	size_t died = 0, k = 0;
+	size_t ndied = 0, k = 0;
 	int rc = 0;
 
 	walk(&nd, "", 0);
@@ -663,13 +715,12 @@ int rd_summarize_node(const char *dir, long long tail, FILE *out)
 			rc = 1;
 		}
 		order[i] = &nd.v[i];
-		died += nd.v[i].flush < 0;
+		ndied += died(&nd.v[i]);
 	}
 	qsort(order, nd.n, sizeof(*order), by_end);
-	print_overview(&nd, order, nd.n, died, out);
+	print_overview(&nd, order, nd.n, ndied, out);
 	for (size_t i = 0; i < nd.n; i++)
-		if (order[i]->flush < 0 &&
-		    print_section(order[i], ++k, died, tail, out))
+		if (died(order[i]) && print_section(order[i], ++k, ndied, tail, out))
 			rc = 1;
 	for (size_t i = 0; i < nd.n; i++) {
 		free(nd.v[i].path);

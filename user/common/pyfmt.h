@@ -48,6 +48,9 @@ size_t pyfmt_utf8_prefix(const char *s, size_t len, size_t count);
 size_t pyfmt_utf8_next(const char *s, size_t len, uint32_t *cp, int pass_surrogates);
 /* pyfmt_utf8_next without pass_surrogates: text from outside evmbpf. */
 size_t pyfmt_utf8_decode(const char *s, size_t len, uint32_t *cp);
+/* evmbpf's one UTF-8 encoder: a code point (a surrogate too, in its three-byte form) into
+ * out; its byte length, 1 to 4. */
+size_t pyfmt_utf8_encode(uint32_t cp, char out[4]);
 
 /* Python's str.isprintable() for one code point (Unicode 14, CPython 3.11). */
 int pyfmt_isprintable(uint32_t cp);

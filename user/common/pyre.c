@@ -130,19 +130,7 @@ static void sb_printf(struct sb *b, const char *fmt, ...)
 static void sb_cp(struct sb *b, uint32_t c)
 {
 	char u[4];
-	size_t n;
-	if (c < 0x80) {
-		u[0] = (char)c, n = 1;
-	} else if (c < 0x800) {
-		u[0] = (char)(0xc0 | c >> 6), u[1] = (char)(0x80 | (c & 0x3f)), n = 2;
-	} else if (c < 0x10000) {
-		u[0] = (char)(0xe0 | c >> 12), u[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-		u[2] = (char)(0x80 | (c & 0x3f)), n = 3;
-	} else {
-		u[0] = (char)(0xf0 | c >> 18), u[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-		u[2] = (char)(0x80 | ((c >> 6) & 0x3f)), u[3] = (char)(0x80 | (c & 0x3f)), n = 4;
-	}
-	sb_put(b, u, n);
+	sb_put(b, u, pyfmt_utf8_encode(c, u));
 }
 
 /* ---------------------------------------------------------------- errors */

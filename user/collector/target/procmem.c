@@ -1,5 +1,6 @@
 #include "procmem.h"
 
+#include "pyfmt.h"
 #include "util.h"
 
 #include <errno.h>
@@ -36,28 +37,6 @@ uint64_t py_type(const struct pyreader *r, uint64_t obj)
 	return pm_u64(r, obj + 8, NULL);
 }
 
-static size_t put_utf8(char *dst, uint32_t c)
-{
-	if (c < 0x80) {
-		dst[0] = (char)c;
-		return 1;
-	} else if (c < 0x800) {
-		dst[0] = (char)(0xc0 | (c >> 6));
-		dst[1] = (char)(0x80 | (c & 0x3f));
-		return 2;
-	} else if (c < 0x10000) {
-		dst[0] = (char)(0xe0 | (c >> 12));
-		dst[1] = (char)(0x80 | ((c >> 6) & 0x3f));
-		dst[2] = (char)(0x80 | (c & 0x3f));
-		return 3;
-	}
-	dst[0] = (char)(0xf0 | (c >> 18));
-	dst[1] = (char)(0x80 | ((c >> 12) & 0x3f));
-	dst[2] = (char)(0x80 | ((c >> 6) & 0x3f));
-	dst[3] = (char)(0x80 | (c & 0x3f));
-	return 4;
-}
-
 int py_str(const struct pyreader *r, uint64_t obj, char *dst, size_t cap)
 {
 	const struct py_offsets *o = r->off;
@@ -85,7 +64,7 @@ int py_str(const struct pyreader *r, uint64_t obj, char *dst, size_t cap)
 							      : (uint32_t)raw[4 * j] | raw[4 * j + 1] << 8 |
 								(uint32_t)raw[4 * j + 2] << 16 | (uint32_t)raw[4 * j + 3] << 24;
 			char enc[4];
-			size_t n = put_utf8(enc, c);
+			size_t n = pyfmt_utf8_encode(c, enc);
 			if (out + n >= cap)
 				goto done;
 			memcpy(dst + out, enc, n);

@@ -137,21 +137,8 @@ static int skip_items(struct describe_ctx *ctx, struct node_cursor *c, unsigned 
 
 static void utf8_put(struct buf *out, uint32_t c)
 {
-	if (c < 0x80) {
-		buf_putc(out, (char)c);
-	} else if (c < 0x800) {
-		buf_putc(out, (char)(0xc0 | (c >> 6)));
-		buf_putc(out, (char)(0x80 | (c & 0x3f)));
-	} else if (c < 0x10000) {
-		buf_putc(out, (char)(0xe0 | (c >> 12)));
-		buf_putc(out, (char)(0x80 | ((c >> 6) & 0x3f)));
-		buf_putc(out, (char)(0x80 | (c & 0x3f)));
-	} else {
-		buf_putc(out, (char)(0xf0 | (c >> 18)));
-		buf_putc(out, (char)(0x80 | ((c >> 12) & 0x3f)));
-		buf_putc(out, (char)(0x80 | ((c >> 6) & 0x3f)));
-		buf_putc(out, (char)(0x80 | (c & 0x3f)));
-	}
+	char u[4];
+	buf_put(out, u, pyfmt_utf8_encode(c, u));
 }
 
 /* repr(value) for what a dict key may hold (str of a tuple key is its repr): ints,

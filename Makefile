@@ -6,7 +6,8 @@
 # make demo       trace the embedded demo workload and summarize it (root)
 # make bench      overhead benchmark, side by side
 # make readcost   build/readcost: the cost of one read of user memory (run by hand)
-# make install    install the binary and the man page under $(PREFIX)
+# make install    install the binary, the man page and the recorder's systemd unit
+#                 (contrib/evmbpf-record.service) under $(PREFIX)
 # make static     build/evmbpf-static: one file, no shared library (libc included), and
 #                 build/evmbpf-gpu/: it with the CUPTI agent, the folder a GPU machine needs
 

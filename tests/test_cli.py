@@ -76,7 +76,8 @@ def long_options(help_text):
 
 # every command with options of its own; one that --help lists and this misses fails
 # the synopsis check below
-READER_AND_TOOL_COMMANDS = ("summarize", "show", "forwards", "export", "dump", "doctor")
+READER_AND_TOOL_COMMANDS = ("summarize", "show", "forwards", "export", "dump", "doctor",
+                            "record")
 
 
 def test_man_names_every_option_of_help():

@@ -94,19 +94,6 @@ static const char usage[] =
 	"  sudo evmbpf doctor --pid 1234                   can it be traced, and if not, why\n"
 	"  evmbpf export trace.jsonl -o trace.json          a timeline for Perfetto / chrome://tracing\n";
 
-static int parse_long(const char *s, const char *what, long min, long max, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < min || v > max) {
-		warnx_("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, s);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
 static int is_reader(const char *cmd)
 {
 	return !strcmp(cmd, "summarize") || !strcmp(cmd, "show") || !strcmp(cmd, "forwards") ||

@@ -202,15 +202,24 @@ const char *buf_str(struct buf *b)
 	return b->data;
 }
 
-int parse_pid(const char *text, pid_t *out)
+int parse_long(const char *text, const char *what, long min, long max, long *out)
 {
 	char *end;
 	errno = 0;
 	long v = strtol(text, &end, 10);
-	if (!*text || *end || errno || v < 1 || v > INT_MAX) {
-		warnx_("--pid must be a whole number from 1 to %d, not '%s'", INT_MAX, text);
+	if (!*text || *end || errno || v < min || v > max) {
+		warnx_("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, text);
 		return -1;
 	}
+	*out = v;
+	return 0;
+}
+
+int parse_pid(const char *text, pid_t *out)
+{
+	long v;
+	if (parse_long(text, "--pid", 1, INT_MAX, &v))
+		return -1;
 	*out = (pid_t)v;
 	return 0;
 }

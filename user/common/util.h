@@ -50,6 +50,8 @@ const char *buf_str(struct buf *b);
 
 /* --pid's value: a whole number from 1 to INT_MAX; -1 (said on stderr) otherwise. */
 int parse_pid(const char *text, pid_t *out);
+/* An option's whole number in [min, max]; -1 (said, naming the option `what`) else. */
+int parse_long(const char *text, const char *what, long min, long max, long *out);
 
 /* A subcommand's getopt_long() returned `c` ('?' or ':'; opterr = 0 and ":" first in
  * the option string): said on stderr; returns 2, the exit status of a bad command line. */

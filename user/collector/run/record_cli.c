@@ -49,20 +49,6 @@ static const char usage[] =
 	"  -v, --verbose          say more (repeat for more)\n"
 	"  -h, --help             this text\n";
 
-/* A whole number in [min, max]; -1 (said) otherwise. */
-static int number(const char *text, const char *what, long min, long max, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(text, &end, 10);
-	if (end == text || *end || errno || v < min || v > max) {
-		warnx_("%s must be a whole number from %ld to %ld, not '%s'", what, min, max, text);
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
 /* DIR: a directory evmbpf may write in, made when its parent exists. */
 static int check_dir(const char *dir)
 {
@@ -113,11 +99,11 @@ int record_main(int argc, char **argv)
 	long v;
 	pid_t pid = 0;
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "t:m:p:vh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":t:m:p:vh", longopts, NULL)) != -1) {
 		switch (c) {
 		case OPT_DIR: opts.record.dir = optarg; break;
 		case 't':
-			if (number(optarg, "--tail", 1, 100000000, &v))
+			if (parse_long(optarg, "--tail", 1, 100000000, &v))
 				return 2;
 			opts.trace.tail = v;
 			break;
@@ -138,7 +124,7 @@ int record_main(int argc, char **argv)
 		case OPT_STOP: opts.trace.numeric = opts.trace.stop_on_nonfinite = 1; break;
 		case 'm': opts.trace.modules = optarg; break;
 		case OPT_RINGBUF:
-			if (number(optarg, "--ringbuf-mb", 1, 1024, &v))
+			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
 				return 2;
 			if (v & (v - 1)) {
 				warnx_("--ringbuf-mb must be a power of two, not %ld", v);
@@ -148,13 +134,13 @@ int record_main(int argc, char **argv)
 			break;
 		case OPT_FLUSH: flush = 1; break;
 		case 'p':
-			if (number(optarg, "--pid", 1, INT_MAX, &v))
+			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
 				return 2;
 			pid = (pid_t)v;
 			break;
 		case 'v': verbose++; break;
 		case 'h': fputs(usage, stdout); return 0;
-		default: fputs(usage, stderr); return 2;
+		default: return bad_option("record", c, argv);
 		}
 	}
 	if (optind < argc) {

@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
@@ -796,3 +797,44 @@ def test_chroot_process_has_its_file(evmbpf, tmp_path):
     settled(path)
     assert_equals_reference_tail(ref, path, kwargs=target.kwargs)
     assert recorded_why(path) == "exit status 1"
+
+
+# ---------------------------------------------------------------- a NaN
+
+def test_stop_on_nonfinite(evmbpf, tmp_path):
+    """--stop-on-nonfinite: a process whose module output holds a NaN has its file (the
+    reference's --stop-on-nonfinite --tail 50 trace of the same work, its numeric stats
+    compared), closing with why, and is stopped there (SIGSTOP) until kill -CONT, after
+    which it runs to its end."""
+    nonfinite = os.path.join(OWN_WORKLOADS, "nonfinite.py")
+    ref = str(tmp_path / "ref.jsonl")
+    r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, nonfinite, "--trace", ref,
+                        "--stop-on-nonfinite", "--tail", str(TAIL)], capture_output=True,
+                       text=True, env=clean_env(), timeout=300)
+    assert "NonFiniteOutput" in r.stderr, r.stderr[-2000:]
+    wanted = tmp_path / WANTED
+    wanted.mkdir()
+    os.symlink(nonfinite, wanted / "nonfinite.py")
+    rec = Recorder(tmp_path / "traces", "--stop-on-nonfinite", "--match", WANTED,
+                   pidfile=tmp_path / "pid")
+    proc = workload(str(wanted / "nonfinite.py"))
+    try:
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        settled(path, timeout=120)
+        deadline = time.monotonic() + 10
+        while proc_state(proc.pid) not in ("T", "t") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert proc_state(proc.pid) in ("T", "t"), "the process was not stopped at the NaN"
+        compare_numeric(load(ref), load(path), kwargs=kwargs_compared())
+        assert recorded_why(path) == "a non-finite output in block.log"
+        assert f"kill -CONT {proc.pid}" in rec.stderr(), rec.stderr()
+        os.kill(proc.pid, signal.SIGCONT)
+        stdout, _ = proc.communicate(timeout=120)
+        assert "work done" in stdout
+    finally:
+        rc = rec.stop()
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+    assert rc == 0, rec.stderr()

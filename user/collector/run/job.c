@@ -212,6 +212,9 @@ static int proc_numeric(struct job *j, struct proc *p)
 static void proc_nonfinite(struct job *j, struct proc *p)
 {
 	p->live = 0;
+	if (j->node)
+		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why),
+			 "a non-finite output in %s", p->s.trace.nonfinite);
 	session_stop_nonfinite(&p->s, 0);
 	watchdog_forget(p->s.target.pid);
 	fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
@@ -264,7 +267,9 @@ static void follow_look(struct job *j, pid_t pid)
 	pending_drop(j, pid);
 	if (j->node ? record_wanted(&j->opts->record, j->match, pid) : target_is_python(pid)) {
 		struct proc *p = proc_start(j, pid, 0, "exec");
-		if (p)
+		if (p && j->node && proc_numeric(j, p))
+			; /* --numeric could not hold it: said, not traced */
+		else if (p)
 			session_announce(&p->s);
 		else
 			j->failed = 1;
@@ -428,9 +433,9 @@ static void node_looks(struct job *j)
 			continue;
 		}
 		struct proc *p = proc_start(j, pid, 0, "exec");
-		if (p)
+		if (p && !proc_numeric(j, p))
 			session_announce(&p->s);
-		else if (!j->full && !process_gone(pid))
+		else if (!p && !j->full && !process_gone(pid))
 			record_exe_refuse(pid); /* said once; its like skipped from now on */
 	}
 }

@@ -516,6 +516,11 @@ class TestRecorder:
             settled(first)
             assert_tail(expected, first)
             assert recorded_why(first) == "flush: the process runs on"
+            # and what each thread runs now, as evmbpf dump --json shows it: the hang
+            mark = load(first, marks=True)[-1]
+            assert mark["event"] == "recorded" and mark["threads"]["pid"] == proc.pid, mark
+            hung = [[m["module"] for m in t["modules"]] for t in mark["threads"]["threads"]]
+            assert ["<root>", "layers.1"] in hung, hung
             assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z"), \
                 "the flushed process did not run on"
             flushes = {f for f in files_of(recorder.dir) if ".flush-" in f}

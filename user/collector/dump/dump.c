@@ -268,3 +268,31 @@ void dump_snapshot_free(struct dump_snapshot *s)
 	free(s->threads);
 	memset(s, 0, sizeof(*s));
 }
+
+static uint64_t signature(const struct dump_snapshot *s)
+{
+	uint64_t h = (uint64_t)s->n;
+	for (int i = 0; i < s->n; i++)
+		h = (h ^ s->threads[i].signature ^ s->threads[i].tstate) * 1099511628211ULL;
+	return h;
+}
+
+int dump_read_running(struct target *t, struct dump_snapshot *s, int *reads, int *consistent)
+{
+	uint64_t last = 0;
+	int rc = 0;
+	*consistent = 0;
+	for (*reads = 1; *reads <= 10; (*reads)++) {
+		dump_snapshot_free(s);
+		rc = dump_read(t, s);
+		uint64_t sig = signature(s);
+		if (rc || (*reads > 1 && sig == last)) {
+			*consistent = !rc;
+			break;
+		}
+		last = sig;
+	}
+	if (*reads > 10)
+		*reads = 10;
+	return rc;
+}

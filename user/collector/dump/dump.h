@@ -45,6 +45,9 @@ struct dump_snapshot {
  * interpreter's thread list cannot be read. */
 int dump_read(struct target *t, struct dump_snapshot *s);
 void dump_snapshot_free(struct dump_snapshot *s);
+/* Read a target that runs on, until two reads agree (frames and positions), at most 10:
+ * 0 or -1 as dump_read; *reads made, *consistent when two agreed. */
+int dump_read_running(struct target *t, struct dump_snapshot *s, int *reads, int *consistent);
 
 /* dump_tensor, dump_kind: dump_values.h */
 

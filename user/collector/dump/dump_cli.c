@@ -19,14 +19,6 @@ static double now_ms(void)
 	return mono_ns() / 1e6;
 }
 
-static uint64_t signature(const struct dump_snapshot *s)
-{
-	uint64_t h = (uint64_t)s->n;
-	for (int i = 0; i < s->n; i++)
-		h = (h ^ s->threads[i].signature ^ s->threads[i].tstate) * 1099511628211ULL;
-	return h;
-}
-
 static const char dump_usage[] =
 	"USAGE\n"
 	"  evmbpf dump --pid PID [--json]\n"
@@ -124,20 +116,7 @@ int dump_main(int argc, char **argv)
 		watchdog_stop();
 		res.reads = res.consistent = 1;
 	} else {
-		/* read while it runs, until two reads agree (frames and positions) */
-		uint64_t last = 0;
-		for (res.reads = 1; res.reads <= 10; res.reads++) {
-			dump_snapshot_free(&s);
-			rc = dump_read(&t, &s);
-			uint64_t sig = signature(&s);
-			if (rc || (res.reads > 1 && sig == last)) {
-				res.consistent = !rc;
-				break;
-			}
-			last = sig;
-		}
-		if (res.reads > 10)
-			res.reads = 10;
+		rc = dump_read_running(&t, &s, &res.reads, &res.consistent);
 	}
 	res.read_ms = now_ms() - t0;
 	if (rc) {

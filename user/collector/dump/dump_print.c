@@ -127,10 +127,10 @@ void dump_print_text(const struct target *t, const struct dump_snapshot *s,
 	}
 }
 
-void dump_print_json(const struct target *t, const struct dump_snapshot *s,
-		     const struct dump_result *res)
+void dump_json(const struct target *t, const struct dump_snapshot *s,
+	       const struct dump_result *res, struct buf *out)
 {
-	struct buf b = {0};
+	struct buf b = *out;
 	int first = 1;
 	buf_putc(&b, '{');
 	jw_key(&b, &first, "pid");
@@ -214,6 +214,14 @@ void dump_print_json(const struct target *t, const struct dump_snapshot *s,
 		buf_putc(&b, '}');
 	}
 	buf_puts(&b, "]}\n");
+	*out = b;
+}
+
+void dump_print_json(const struct target *t, const struct dump_snapshot *s,
+		     const struct dump_result *res)
+{
+	struct buf b = {0};
+	dump_json(t, s, res, &b);
 	fwrite(b.data, 1, b.len, stdout);
 	buf_free(&b);
 }

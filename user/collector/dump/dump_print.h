@@ -18,5 +18,8 @@ void dump_print_text(const struct target *t, const struct dump_snapshot *s,
 		     const struct dump_result *res);
 void dump_print_json(const struct target *t, const struct dump_snapshot *s,
 		     const struct dump_result *res);
+/* The same JSON document (its newline included), appended to out. */
+void dump_json(const struct target *t, const struct dump_snapshot *s,
+	       const struct dump_result *res, struct buf *out);
 
 #endif

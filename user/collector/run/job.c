@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dump.h"
+#include "dump_print.h"
 #include "elfsym.h"
 #include "outpattern.h"
 #include "follow.h"
@@ -454,7 +456,22 @@ static void node_flush(struct job *j, pid_t asked)
 		if (record_path(&j->opts->record, pid, p->rank, suffix, path, sizeof(path)))
 			continue;
 		session_step(&p->s, 0, 0); /* what the ring buffer holds first */
-		int rc = trace_snapshot(&p->s.trace, path);
+		/* what each thread runs now, read while it runs on (as evmbpf dump does where it
+		 * may not stop the process): until two reads agree */
+		struct dump_snapshot snap = {0};
+		struct dump_result res = { .how = "running" };
+		struct buf threads = {0};
+		uint64_t t0 = mono_ns();
+		int unread = dump_read_running(&p->s.target, &snap, &res.reads, &res.consistent);
+		res.read_ms = (double)(mono_ns() - t0) / 1e6;
+		if (!unread) {
+			dump_json(&p->s.target, &snap, &res, &threads);
+			while (threads.len && threads.data[threads.len - 1] == '\n')
+				threads.data[--threads.len] = 0;
+		}
+		dump_snapshot_free(&snap);
+		int rc = trace_snapshot(&p->s.trace, path, threads.data);
+		buf_free(&threads);
 		if (!rc) {
 			p->flushes++;
 			written++;

@@ -509,7 +509,7 @@ size_t trace_tail_bytes(const struct trace *t)
 	return t->tail ? sink_tail_bytes(t->tail) : 0;
 }
 
-int trace_snapshot(struct trace *t, const char *path)
+int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
 {
 	if (!t->tail || !t->events)
 		return 1;
@@ -531,7 +531,7 @@ int trace_snapshot(struct trace *t, const char *path)
 	char why[sizeof(t->recorded_why)];
 	memcpy(why, t->recorded_why, sizeof(why));
 	snprintf(t->recorded_why, sizeof(t->recorded_why), "flush: the process runs on");
-	trace_write_recorded(t, next_i++);
+	trace_write_recorded(t, next_i++, threads_json);
 	memcpy(t->recorded_why, why, sizeof(why));
 	int err = sink_flush(tail);
 	if (err)
@@ -583,7 +583,7 @@ int trace_close(struct trace *t)
 	if (!sink_file_error(t->file) && t->events && !hw_watch_works())
 		trace_write_unobservable(t, next_i++);
 	if (!sink_file_error(t->file) && t->events && t->recorded_why[0])
-		trace_write_recorded(t, next_i++);
+		trace_write_recorded(t, next_i++, NULL);
 	int err = sink_flush(t->sink);
 	if (err && !t->write_reported)
 		warnx_("cannot write %s: %s", t->out_path, strerror(err));

@@ -34,9 +34,10 @@ int trace_out_fd(const struct trace *t);
 int trace_tail_bound(struct trace *t, size_t max_bytes);
 size_t trace_tail_bytes(const struct trace *t);
 /* The live tail written to path now, as a detach now would have written it: the tail,
- * the frames still open `unwound` ("session ended"), the `dropped` line. The trace goes
- * on untouched. 0 written, 1 nothing to write (no tail, or no event yet), -1 failed
+ * the frames still open `unwound` ("session ended"), the `dropped` line, and the
+ * closing `recorded` mark, with threads_json (what each thread runs now, as `evmbpf dump
+ * --json` shows it; NULL: none) as its "threads". The trace goes on untouched. 0 written, 1 nothing to write (no tail, or no event yet), -1 failed
  * (said). */
-int trace_snapshot(struct trace *t, const char *path);
+int trace_snapshot(struct trace *t, const char *path, const char *threads_json);
 
 #endif

@@ -162,13 +162,15 @@ void trace_write_unobservable(struct trace *t, int64_t i)
 	buf_free(&b);
 }
 
-void trace_write_recorded(struct trace *t, int64_t i)
+void trace_write_recorded(struct trace *t, int64_t i, const char *threads)
 {
 	struct buf b = {0};
 	struct timespec now;
 	clock_gettime(CLOCK_REALTIME, &now);
 	buf_puts(&b, "{\"event\": \"recorded\", \"why\": ");
 	jw_cstr(&b, t->recorded_why);
+	if (threads)
+		buf_puts(&b, ", \"threads\": "), buf_puts(&b, threads);
 	buf_printf(&b, ", \"pid\": %d, \"i\": %lld, \"ts_ns\": %lld}\n", t->target->pid,
 		   (long long)i, (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
 	sink_put(t->sink, &b);

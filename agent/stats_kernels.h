@@ -14,7 +14,7 @@
  *   (evm_host_step): the test aid `evmbpf-test-aids cupti-stats` (tests/aids/), the
  *   tests' check of this arithmetic against the reference tracer on random tensors of
  *   every dtype, and the stand-in libcuda (tests/cupti/fake_cuda.c); the collector
- *   takes the dtype codes (user/collector/cupti_stats.c).
+ *   takes the dtype codes (user/collector/gpu/cupti_stats.c).
  * No barrier, no shared memory, no floating-point atomics: each worker's partial is its
  * own, partials are merged in worker order (so both builds do the same operations in
  * the same order, and the result does not depend on scheduling); the only atomics are

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* cudamem: the CUDA caching allocator's counters, `mem` of enter and error events.
  *
- * User space finds each device's DeviceStats in the target (user/collector/cudamem.c:
+ * User space finds each device's DeviceStats in the target (user/collector/gpu/cudamem.c:
  * the exported allocator, its dynamic type, its per-device vector, each DeviceStats
  * validated) and writes their addresses here; until then (CUDA not initialised, or not
  * available) nothing is read and `mem` is null. At a module call: the thread's current

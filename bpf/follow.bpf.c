@@ -5,7 +5,7 @@
  * entry point, where its libraries are mapped and no Python has run, so that user space
  * places its probes before the first Python instruction. Launch mode without --follow
  * loads these programs but follow_fork and follow_exit, with the command alone in
- * `followed` (user/collector/launch.c). A traced Python that forks without exec (a DataLoader worker, the fork start
+ * `followed` (user/collector/run/launch.c). A traced Python that forks without exec (a DataLoader worker, the fork start
  * method) has a child with the same memory and no probes: uprobes attached to a pid do
  * not follow fork. The child is stopped before its first instruction
  * (bpf_send_signal_task from the fork tracepoint, which runs in the parent) until its own

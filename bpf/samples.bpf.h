@@ -3,7 +3,7 @@
  *
  * note_samples is a plain Python function: no C function is entered for its call on
  * 3.11+ (the interpreter pushes its frame inline), so it is watched with a hardware
- * breakpoint on its first code unit (user/collector/samples.c arms one per thread):
+ * breakpoint on its first code unit (user/collector/session/samples_watch.c arms one per thread):
  * the interpreter fetches it once per call, where the frame is the thread's current
  * one and its first local is `contexts`, alive and unchanged. The record holds the
  * target (SIGSTOP) while user space reads the contexts, and wakes the collector at once.

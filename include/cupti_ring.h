@@ -1,5 +1,5 @@
 /* The shared-memory ring between the CUPTI agent (agent/, inside the target) and the
- * collector (user/collector/cupti.c). The collector creates it (a memfd, inherited
+ * collector (user/collector/gpu/cupti_session.c). The collector creates it (a memfd, inherited
  * across the exec, its number in EVMBPF_CUPTI_FD) before the command starts; the agent
  * maps it at the target's first cuInit. Many producers (the target's threads and
  * CUPTI's buffer thread), one consumer: a bounded queue whose slots carry a sequence

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check user/collector/pyoffsets.c against the live interpreter running this script.
+"""Check user/collector/target/pyoffsets.c against the live interpreter running this script.
 
     python3.X scripts/check-pyoffsets.py [path/to/pyoffsets.c]
 
@@ -35,7 +35,7 @@ def load_table(path):
     sys.exit("check-pyoffsets: no entry for %d in %s" % (V, path))
 
 
-O = load_table(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "user", "collector", "pyoffsets.c"))
+O = load_table(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "user", "collector", "target", "pyoffsets.c"))
 
 
 _self_mem = os.open("/proc/self/mem", os.O_RDONLY)

@@ -3,7 +3,7 @@
 
     scripts/check-structure.py [--dot FILE] [--quiet]     (make check-structure)
 
-A part is a .c file with its .h (user/collector/session.c and session.h are one part),
+A part is a .c file with its .h (user/collector/session/session.c and session.h are one part),
 or a header alone. A part depends on another when it includes that one's header, or
 calls a function (not static) that the other defines. Printed:
 - the floors: parts that depend on nothing of the house on the ground floor, each other

@@ -1,5 +1,5 @@
 /* Measure the CPython layouts evmbpf reads (include/pyoffsets.h) from a CPython's own
- * headers, and print them as one C initializer for user/collector/pyoffsets.c.
+ * headers, and print them as one C initializer for user/collector/target/pyoffsets.c.
  *
  *   cc -DNDEBUG -I PREFIX/include/python3.X scripts/measure-pyoffsets.c -o m && ./m
  *

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate user/collector/pyoffsets.c: measure the CPython layouts of every interpreter found,
+# Regenerate user/collector/target/pyoffsets.c: measure the CPython layouts of every interpreter found,
 # with scripts/measure-pyoffsets.c compiled against each one's headers.
 #
 #   scripts/measure-pyoffsets.sh [--check] [--no-chroot]
@@ -10,12 +10,12 @@
 #   the sid chroot (scripts/chroot.sh)         3.14, compiled inside with its gcc
 # Cross-checks, when those chroots are built: Debian's 3.9 (bullseye) and 3.13 (trixie)
 # headers must give the same table as pyenv's.
-# --check: do not write; exit 1 when user/collector/pyoffsets.c differs from what would be written.
-# --no-chroot: pyenv versions only; keeps the 3.14 entry of the current user/collector/pyoffsets.c.
+# --check: do not write; exit 1 when user/collector/target/pyoffsets.c differs from what would be written.
+# --no-chroot: pyenv versions only; keeps the 3.14 entry of the current user/collector/target/pyoffsets.c.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
-OUT="$REPO/user/collector/pyoffsets.c"
+OUT="$REPO/user/collector/target/pyoffsets.c"
 SRC="$REPO/scripts/measure-pyoffsets.c"
 PYENV="${PYENV_ROOT:-$HOME/.pyenv}/versions"
 CHROOT="$REPO/scripts/chroot.sh"

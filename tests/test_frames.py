@@ -3,7 +3,7 @@ model of a mid-forward attach, in each cell of the matrix that has them.
 
 evmbpf reads the frames under a module call from the thread state (3.9-3.11: the
 runtime's current thread state; 3.12+: the GIL's last holder), through per-version
-offsets (user/collector/pyoffsets.c). 3.9/3.10 code objects carry no qualified name, so a method's
+offsets (user/collector/target/pyoffsets.c). 3.9/3.10 code objects carry no qualified name, so a method's
 class is found from its first local's type: `Harness.score` below is only reachable
 that way, being called on a subclass."""
 import os
@@ -160,7 +160,7 @@ OFFSET_CELLS = [("pyenv", v) for v in ("3.9", "3.10", "3.11", "3.12", "3.13")] +
 
 @pytest.mark.parametrize("kind,name", OFFSET_CELLS, ids=[f"{k}-{n}" for k, n in OFFSET_CELLS])
 def test_offset_table_matches_live_interpreter(kind, name, tmp_path):
-    """user/collector/pyoffsets.c against a live interpreter of each version
+    """user/collector/target/pyoffsets.c against a live interpreter of each version
     (scripts/check-pyoffsets.py: objects, frames, the thread state, the GIL's holder)."""
     target = target_of(kind, name, tmp_path)
     script = os.path.join(os.path.dirname(OWN_WORKLOADS), "..", "scripts", "check-pyoffsets.py")

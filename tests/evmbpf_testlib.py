@@ -1,9 +1,10 @@
 """Shared helpers for the end-to-end tests: run workloads plainly, under the reference
 tracer and under evmbpf (launch and --pid), and compare traces event by event."""
+import functools
+from contextlib import contextmanager
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -222,10 +223,18 @@ def compare_traces(ref, got, kwargs=True, phase=True):
         f"{len(ref_events)} events in the reference, {len(got_events)} from evmbpf")
 
 
+@functools.lru_cache(maxsize=None)
 def torch_major(python=HOST_PYTHON, prefix=()):
+    """The torch major version of that Python (0: none), asked once a session."""
     out = subprocess.run([*prefix, python, "-c", "import torch; print(torch.__version__)"],
                          capture_output=True, text=True).stdout.strip()
     return int(out.split(".")[0]) if out else 0
+
+
+def host_kwargs():
+    """Are kwargs compared with the reference's on the host? torch 1.x's forward
+    pre-hooks do not see them: the reference records {} (run_workload.py)."""
+    return torch_major() >= 2
 
 
 def probes_left(pid=None):
@@ -383,8 +392,10 @@ def pyenv_target(version):
     return MatrixTarget("pyenv" + version, python, env=env, kwargs=True)
 
 
-def host_target():
-    return MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
+def host_target(outdir=None):
+    """The host's Python (writing into outdir, when one is given)."""
+    target = MatrixTarget("host", HOST_PYTHON, kwargs=torch_major() >= 2)
+    return target.with_outdir(outdir) if outdir else target
 
 
 def cell_target(where, outdir=None):
@@ -423,3 +434,71 @@ def peak_rss_kb(args, check=True):
              "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     return int(subprocess.run([sys.executable, "-c", probe, "1" if check else "0", *args],
                               capture_output=True, text=True, check=True).stdout)
+
+
+# ---- targets paused inside a forward, and the cells of the matrix by kind (dump, doctor,
+# frames, record)
+
+MIDFORWARD = os.path.join(OWN_WORKLOADS, "midforward.py")
+
+
+def target_of(kind, name, outdir):
+    """The matrix's target of a kind ("pyenv" with a version, "chroot" with a name),
+    writing into outdir; skipped without that pyenv CPython, failed when the chroot
+    cannot be built."""
+    import pytest
+    if kind == "pyenv":
+        target = pyenv_target(name)
+        if not target:
+            pytest.skip(f"no pyenv CPython {name}")
+    else:
+        error = chroot_ensure(name)
+        if error:
+            pytest.fail(f"cannot build the {name} chroot: {error}")
+        target = chroot_target(name)
+    return target.with_outdir(outdir)
+
+
+def python_under(root_pid, needle):
+    """The pid of the process under root_pid (itself included) running `needle`."""
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/comm") as handle:
+                comm = handle.read().strip()
+            if comm.startswith("python") and any(needle.encode() in a for a in argv):
+                return pid
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo += [int(x) for x in handle.read().split()]
+        except OSError:
+            continue
+    return None
+
+
+@contextmanager
+def paused(target, workload, tmp_path, extra=()):
+    """The workload's Python, paused inside a forward until the block ends."""
+    flag, resume = tmp_path / "paused", tmp_path / "resume"
+    env = dict(target.env or os.environ, MIDFORWARD_FLAG=target.guest(str(flag)),
+               MIDFORWARD_RESUME=target.guest(str(resume)), MIDFORWARD_PAUSE="60")
+    proc = subprocess.Popen(target.cmd(workload, *extra), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the workload never paused"
+            time.sleep(0.02)
+        pid = python_under(proc.pid, os.path.basename(workload))
+        assert pid, "no Python process running the workload"
+        yield pid
+        resume.touch()
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    finally:
+        resume.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

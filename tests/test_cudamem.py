@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from test_readers import check_all_commands
+from reader_compare import check_all_commands
 from evmbpf_testlib import (OWN_WORKLOADS, ROOT, chroot_dir, chroot_target, compare_traces,
                             load, without_machine_notes)
 

@@ -7,12 +7,12 @@ import os
 import pytest
 
 from evmbpf_testlib import (OWN_WORKLOADS, chroot_reference, compare_traces, load,
-                            run_launch, run_reference, torch_major)
+                            run_launch, run_reference, host_kwargs)
 
 pytestmark = pytest.mark.root  # runs the tracer: loads BPF programs
 
 WORKLOAD = os.path.join(OWN_WORKLOADS, "wide_values.py")
-KWARGS = torch_major() >= 2  # torch 1.x's hooks do not see kwargs: the reference has none
+KWARGS = host_kwargs()
 
 
 def test_wide_values_host(evmbpf, tmp_path):

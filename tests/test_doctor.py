@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from evmbpf_testlib import AGENT, EVMBPF, FULL_MATRIX, HOST_PYTHON, debug_registers, load
-from test_dump import MIDFORWARD, host_target, paused
+from evmbpf_testlib import (AGENT, EVMBPF, FULL_MATRIX, HOST_PYTHON, MIDFORWARD, debug_registers,
+                            host_target, load, paused)
 
 pytestmark = pytest.mark.root
 

@@ -7,17 +7,15 @@ import os
 import signal
 import subprocess
 import time
-from contextlib import contextmanager
 
 import pytest
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD,
-                            MatrixTarget, load, perf_links, probes_left, proc_stat, proc_state)
-from test_frames import python_under, target_of
+                            MIDFORWARD, host_target, load, paused, perf_links,
+                            probes_left, proc_stat, proc_state, python_under, target_of)
 
 pytestmark = pytest.mark.root
 
-MIDFORWARD = os.path.join(OWN_WORKLOADS, "midforward.py")
 MIDFORWARD_ANY = os.path.join(OWN_WORKLOADS, "midforward_any.py")
 THREADS = os.path.join(OWN_WORKLOADS, "dump_threads.py")
 
@@ -32,36 +30,6 @@ def lines_of(path, *needles):
 # Pause.forward waits in `while not os.access(resume, os.F_OK) ...: time.sleep(0.01)`
 PAUSE_LINES = set(lines_of(MIDFORWARD_ANY, "while not os.access(resume, os.F_OK)",
                            "time.sleep(0.01)").values())
-
-
-def host_target(tmp_path):
-    return MatrixTarget("host", HOST_PYTHON).with_outdir(tmp_path)
-
-
-@contextmanager
-def paused(target, workload, tmp_path, extra=()):
-    """The workload's Python, paused inside a forward until the block ends."""
-    flag, resume = tmp_path / "paused", tmp_path / "resume"
-    env = dict(target.env or os.environ, MIDFORWARD_FLAG=target.guest(str(flag)),
-               MIDFORWARD_RESUME=target.guest(str(resume)), MIDFORWARD_PAUSE="60")
-    proc = subprocess.Popen(target.cmd(workload, *extra), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the workload never paused"
-            time.sleep(0.02)
-        pid = python_under(proc.pid, os.path.basename(workload))
-        assert pid, "no Python process running the workload"
-        yield pid
-        resume.touch()
-        assert proc.wait(timeout=120) == 0, proc.stderr.read()
-    finally:
-        resume.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def dump(pid, *args):

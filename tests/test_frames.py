@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, chroot_ensure, chroot_target,
-                            compare_traces, load, pyenv_target, wait_for_line)
+from evmbpf_testlib import (EVMBPF, OWN_WORKLOADS, compare_traces, load, python_under,
+                            target_of, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -21,19 +21,6 @@ RULES = ["--phase", "model_forward=rules_any:Harness.score", "--phase", "generat
 # (cell, python): pyenv CPythons run the stand-in torch, chroots Debian's torch.
 CELLS = [("pyenv", "3.9"), ("pyenv", "3.10"), ("pyenv", "3.12"), ("pyenv", "3.13"),
          ("chroot", "bullseye"), ("chroot", "trixie"), ("chroot", "sid")]
-
-
-def target_of(kind, name, outdir):
-    if kind == "pyenv":
-        target = pyenv_target(name)
-        if not target:
-            pytest.skip(f"no pyenv CPython {name}")
-    else:
-        error = chroot_ensure(name)
-        if error:
-            pytest.fail(f"cannot build the {name} chroot: {error}")
-        target = chroot_target(name)
-    return target.with_outdir(outdir)
 
 
 @pytest.mark.parametrize("kind,name", CELLS, ids=[f"{k}-{n}" for k, n in CELLS])
@@ -73,25 +60,6 @@ def test_markers_on_every_version(evmbpf, kind, name, tmp_path):
     assert {e["phase"] for e in events if e["event"] == "enter"} == {
         "other", "generate", "model_forward", "signal_collection", "scoring"}
     compare_traces(load(ref), events, kwargs=target.kwargs)
-
-
-def python_under(root_pid, needle):
-    """The pid of the process under root_pid (itself included) running `needle`."""
-    todo = [root_pid]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-            with open(f"/proc/{pid}/comm") as handle:
-                comm = handle.read().strip()
-            if comm.startswith("python") and any(needle.encode() in a for a in argv):
-                return pid
-            with open(f"/proc/{pid}/task/{pid}/children") as handle:
-                todo += [int(x) for x in handle.read().split()]
-        except OSError:
-            continue
-    return None
 
 
 MID_CELLS = [("pyenv", "3.9"), ("pyenv", "3.12"), ("pyenv", "3.13"), ("chroot", "sid")]

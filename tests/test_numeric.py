@@ -3,19 +3,17 @@ CPython + real PyTorch: stats read from outside while the thread that owns the t
 is held at the probe, compared event for event (tests/numeric_compare.py says how
 close is equal), in launch mode, --pid and --tail; the stop at the first NaN; every
 hold released when evmbpf or the target is killed in the middle of one."""
-import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached,
                             chroot_ensure, chroot_target, load, run_launch, run_reference,
-                            torch_major, wait_for_line)
+                            host_kwargs, wait_for_line)
 from numeric_compare import compare_numeric, count_stats
 
 pytestmark = pytest.mark.root
@@ -23,7 +21,7 @@ pytestmark = pytest.mark.root
 VALUES = os.path.join(OWN_WORKLOADS, "numeric_values.py")
 NONFINITE = os.path.join(OWN_WORKLOADS, "nonfinite.py")
 VALUES_17 = os.path.join(OWN_WORKLOADS, "numeric_values_torch17.py")
-KWARGS = torch_major() >= 2
+KWARGS = host_kwargs()
 # The cells past the first few take minutes on a loaded 2-CPU machine (a BPF load each):
 # behind the matrix's flag, like test_matrix.py's slow cells.
 full = pytest.mark.skipif(not FULL_MATRIX, reason="slow: EVMBPF_FULL_MATRIX=1 runs it")

@@ -1,15 +1,14 @@
 """Phases rebuilt from the host's own markers, and from --phase rules."""
 import os
 import subprocess
-import threading
 
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, compare_traces,
-                            load, run_launch, run_reference, torch_major, Attached)
+                            load, run_launch, run_reference, host_kwargs, Attached)
 
 pytestmark = pytest.mark.root
-KWARGS = torch_major() >= 2
+KWARGS = host_kwargs()
 
 
 @pytest.mark.parametrize("name", ["phases_more.py"])

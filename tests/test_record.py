@@ -23,7 +23,7 @@ from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
-                            probes_left, proc_state, recorded_why, torch_major,
+                            probes_left, proc_state, recorded_why, host_kwargs,
                             without_machine_notes)
 
 pytestmark = pytest.mark.root
@@ -35,14 +35,9 @@ RAISES = os.path.join(REF_WORKLOADS, "raises.py")  # 35 events: its tail keeps i
 HANG_AT = 5          # record_any: the 6th forward hangs in layers.1
 NO_TORCH = "import time; time.sleep(3); raise ValueError('no torch here')"
 FILE_WAIT_S = 60     # how long a file may take to appear once its process ended
-_KWARGS = []
-
-
 def kwargs_compared():
     """torch < 2.0: the reference sees no kwargs (run_workload.py), so they are not compared."""
-    if not _KWARGS:
-        _KWARGS.append(torch_major() >= 2)
-    return _KWARGS[0]
+    return host_kwargs()
 
 
 def clean_env(**extra):

@@ -13,12 +13,12 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, OWN_WORKLOADS, REFERENCE, Attached, chroot_ensure,
                             chroot_target, compare_traces, load, pyenv_target, run_launch,
-                            run_reference, torch_major)
+                            run_reference, host_kwargs)
 
 # documents in flight are watched by a hardware breakpoint on note_samples
 pytestmark = [pytest.mark.root, pytest.mark.debug_registers]
 WORKLOAD = os.path.join(OWN_WORKLOADS, "samples_eval.py")
-KWARGS = torch_major() >= 2
+KWARGS = host_kwargs()
 SAMPLED = ("event", "forward", "phase", "samples", "batch_rows")
 
 

@@ -4,7 +4,6 @@ Every workload is traced three ways: by the reference (hooks in-process), by evm
 launching it, and by evmbpf attaching to it by pid. The traces must agree event for
 event on the keys the issue names."""
 import glob
-import json
 import os
 import subprocess
 import time
@@ -13,7 +12,7 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
                             Attached, compare_traces, load, run_launch, run_reference,
-                            torch_major, wait_for_line)
+                            host_kwargs, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -21,7 +20,7 @@ WORKLOADS = sorted(glob.glob(os.path.join(REF_WORKLOADS, "*.py"))) + \
     sorted(glob.glob(os.path.join(OWN_WORKLOADS, "odd_values.py")))
 # phases are rebuilt from markers: see test_phases.py
 PHASE_AWARE = set()  # phases are rebuilt from markers and compared too
-KWARGS = torch_major() >= 2
+KWARGS = host_kwargs()
 
 
 def ids(paths):

@@ -510,6 +510,14 @@ static void node_bound(struct job *j)
 
 static void node_step(struct job *j)
 {
+	/* the recorder runs for ever: what an ended process left goes now */
+	for (int i = 0; i < j->n;)
+		if (!j->procs[i]->live) {
+			free(j->procs[i]);
+			j->procs[i] = j->procs[--j->n];
+		} else {
+			i++;
+		}
 	node_looks(j);
 	pid_t asked = record_flush_asked();
 	if (asked)

@@ -838,3 +838,40 @@ def test_stop_on_nonfinite(evmbpf, tmp_path):
             proc.kill()
             proc.wait()
     assert rc == 0, rec.stderr()
+
+
+# ---------------------------------------------------------------- beside another evmbpf
+
+def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
+    """A user launches `evmbpf -- python3 ...` on a node the recorder watches: the launched
+    process stands stopped at its exec while that evmbpf places its probes (its image not
+    yet relocated); the recorder looks again later rather than judge it then. Both trace
+    it: the launched trace is the reference's whole trace, the recorder's file (it raises)
+    the reference's --tail 50 trace."""
+    wanted = tmp_path / WANTED
+    wanted.mkdir()
+    os.symlink(RAISES, wanted / "raises.py")
+    ref = str(tmp_path / "ref.jsonl")
+    r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, RAISES, "--trace", ref], capture_output=True,
+                       text=True, env=clean_env(), timeout=300)
+    assert os.path.exists(ref), r.stderr[-2000:]
+    rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
+    out = str(tmp_path / "launched.jsonl")
+    try:
+        r = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD,
+                            str(wanted / "raises.py")], capture_output=True, text=True,
+                           env=clean_env(), timeout=300)
+        assert r.returncode == 1, r.stderr[-2000:]
+        deadline = time.monotonic() + FILE_WAIT_S
+        while not files_of(rec.dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        files = files_of(rec.dir)
+    finally:
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    assert "cannot find slot_tp_call" not in rec.stderr(), rec.stderr()
+    compare_traces(load(ref), load(out), kwargs=kwargs_compared())
+    assert len(files) == 1, (files, rec.stderr())
+    path = os.path.join(rec.dir, files.pop())
+    settled(path)
+    assert_equals_reference_tail(refs["raises-tail"], path)

@@ -73,6 +73,7 @@ struct job {
 	struct {
 		pid_t pid;
 		uint64_t due_ns;
+		int tries;   /* looks put off: the process stood stopped */
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 	int full;           /* the last proc_start found no room */
@@ -344,6 +345,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 			if (!j->looks[i].pid || j->looks[i].pid == pid) {
 				j->looks[i].pid = pid;
 				j->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
+				j->looks[i].tries = 0;
 				return 0;
 			}
 		debugx("more than %d execs at once: %d is not looked at", LOOKS_MAX, pid);
@@ -425,11 +427,38 @@ static void node_looks(struct job *j)
 		pid_t pid = j->looks[i].pid;
 		if (!pid || j->looks[i].due_ns > now)
 			continue;
-		j->looks[i].pid = 0;
-		if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0)
+		if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0) {
+			j->looks[i].pid = 0;
 			continue; /* already traced (a traced process's exec is --follow's) */
-		if (!record_wanted(&j->opts->record, j->match, pid))
+		}
+		/* stopped (another tracer holds it at its exec, before the loader has relocated
+		 * its image, or its user stopped it): looked at again later, at most a minute,
+		 * not judged now (an image not yet relocated is no Python evmbpf can read) */
+		char stat[64];
+		snprintf(stat, sizeof(stat), "/proc/%d/stat", pid);
+		char state = stat_state(stat);
+		if ((state == 'T' || state == 't') && j->looks[i].tries++ < 120) {
+			j->looks[i].due_ns = now + 500ull * 1000000ull;
 			continue;
+		}
+		if (!record_wanted(&j->opts->record, j->match, pid)) {
+			j->looks[i].pid = 0;
+			continue;
+		}
+		/* not readable yet (still in the loader: its image not relocated, its libpython
+		 * not mapped): looked at again in a moment, at most ten seconds, before its
+		 * attach says why and its executable is named as one evmbpf cannot read */
+		static struct target probe;
+		memset(&probe, 0, sizeof(probe));
+		probe.root_fd = -1;
+		if (target_inspect_quiet(&probe, pid) && !process_gone(pid) &&
+		    j->looks[i].tries++ < 20) {
+			j->looks[i].due_ns = now + 500ull * 1000000ull;
+			continue;
+		}
+		j->looks[i].pid = 0;
+		debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
+		       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
 		if (record_exe_refused(pid)) {
 			debugx("%d: its Python could not be traced before: skipped", pid);
 			continue;

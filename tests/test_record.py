@@ -84,6 +84,14 @@ def settled(path, timeout=FILE_WAIT_S):
         time.sleep(0.5)
 
 
+def first_files(directory, timeout=FILE_WAIT_S):
+    """files_of(directory) once any file has appeared there (or the timeout has passed)."""
+    deadline = time.monotonic() + timeout
+    while not files_of(directory) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return files_of(directory)
+
+
 def files_of(directory):
     """Every file under the recorder's folder, relative to it."""
     found = set()
@@ -785,10 +793,7 @@ def test_chroot_process_has_its_file(evmbpf, tmp_path):
         r = target.plain(RAISES)
         assert r.returncode == 1, r.stderr[-2000:]
         time.sleep(1)
-        deadline = time.monotonic() + FILE_WAIT_S
-        while not files_of(rec.dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        files = files_of(rec.dir)
+        files = first_files(rec.dir)
     finally:
         rc = rec.stop()
     assert rc == 0, rec.stderr()
@@ -862,10 +867,7 @@ def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
                             str(wanted / "raises.py")], capture_output=True, text=True,
                            env=clean_env(), timeout=300)
         assert r.returncode == 1, r.stderr[-2000:]
-        deadline = time.monotonic() + FILE_WAIT_S
-        while not files_of(rec.dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        files = files_of(rec.dir)
+        files = first_files(rec.dir)
     finally:
         rc = rec.stop()
     assert rc == 0, rec.stderr()

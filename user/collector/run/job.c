@@ -420,6 +420,16 @@ static void follow_unload(struct job *j)
 /* ---- evmbpf record ---- */
 
 /* The node's execs whose moment has come: a Python that record.c takes is traced. */
+/* Look at an exec again in 500 ms, unless it has been put off `most` times: 1 put off. */
+static int look_again(struct job *j, int i, uint64_t now, int most)
+{
+	if (j->looks[i].tries >= most)
+		return 0;
+	j->looks[i].tries++;
+	j->looks[i].due_ns = now + 500ull * 1000000ull;
+	return 1;
+}
+
 static void node_looks(struct job *j)
 {
 	uint64_t now = mono_ns();
@@ -437,12 +447,15 @@ static void node_looks(struct job *j)
 		char stat[64];
 		snprintf(stat, sizeof(stat), "/proc/%d/stat", pid);
 		char state = stat_state(stat);
-		if ((state == 'T' || state == 't') && j->looks[i].tries++ < 120) {
-			j->looks[i].due_ns = now + 500ull * 1000000ull;
+		if ((state == 'T' || state == 't') && look_again(j, i, now, 120))
 			continue;
-		}
 		if (!record_wanted(&j->opts->record, j->match, pid)) {
 			j->looks[i].pid = 0;
+			continue;
+		}
+		if (record_exe_refused(pid)) {
+			j->looks[i].pid = 0;
+			debugx("%d: its Python could not be traced before: skipped", pid);
 			continue;
 		}
 		/* not readable yet (still in the loader: its image not relocated, its libpython
@@ -452,17 +465,11 @@ static void node_looks(struct job *j)
 		memset(&probe, 0, sizeof(probe));
 		probe.root_fd = -1;
 		if (target_inspect_quiet(&probe, pid) && !process_gone(pid) &&
-		    j->looks[i].tries++ < 20) {
-			j->looks[i].due_ns = now + 500ull * 1000000ull;
+		    look_again(j, i, now, 20))
 			continue;
-		}
 		j->looks[i].pid = 0;
 		debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
 		       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
-		if (record_exe_refused(pid)) {
-			debugx("%d: its Python could not be traced before: skipped", pid);
-			continue;
-		}
 		struct proc *p = proc_start(j, pid, 0, "exec");
 		if (p && !proc_numeric(j, p))
 			session_announce(&p->s);

@@ -528,11 +528,7 @@ int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
 	sink_finish(tail, &next_i);
 	if (!hw_watch_works())
 		trace_write_unobservable(t, next_i++);
-	char why[sizeof(t->recorded_why)];
-	memcpy(why, t->recorded_why, sizeof(why));
-	snprintf(t->recorded_why, sizeof(t->recorded_why), "flush: the process runs on");
-	trace_write_recorded(t, next_i++, threads_json);
-	memcpy(t->recorded_why, why, sizeof(why));
+	trace_write_recorded(t, next_i++, "flush: the process runs on", threads_json);
 	int err = sink_flush(tail);
 	if (err)
 		warnx_("cannot write %s: %s", path, strerror(err));
@@ -583,7 +579,7 @@ int trace_close(struct trace *t)
 	if (!sink_file_error(t->file) && t->events && !hw_watch_works())
 		trace_write_unobservable(t, next_i++);
 	if (!sink_file_error(t->file) && t->events && t->recorded_why[0])
-		trace_write_recorded(t, next_i++, NULL);
+		trace_write_recorded(t, next_i++, t->recorded_why, NULL);
 	int err = sink_flush(t->sink);
 	if (err && !t->write_reported)
 		warnx_("cannot write %s: %s", t->out_path, strerror(err));

@@ -144,6 +144,18 @@ void trace_set_dropped(struct trace *t, uint64_t dropped)
 	trace_emit(t, &b, 0, 0);
 }
 
+/* A closing mark (b holds it up to its last key): its "i", the wall clock now, written. */
+static void put_mark(struct trace *t, struct buf *b, int64_t i)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	buf_printf(b, ", \"i\": %lld, \"ts_ns\": %lld}\n", (long long)i,
+		   (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+	sink_put(t->sink, b);
+	t->events++;
+	buf_free(b);
+}
+
 void trace_write_unobservable(struct trace *t, int64_t i)
 {
 	/* the header says it too, but a --tail trace may have lost its header */
@@ -153,27 +165,16 @@ void trace_write_unobservable(struct trace *t, int64_t i)
 		 "\"bound_calls\"], \"why\": ");
 	buf_printf(&b, "\"hardware breakpoints do not fire on this machine\", \"detail\": ");
 	jw_cstr(&b, hw_watch_why(why, sizeof(why)));
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
-	buf_printf(&b, ", \"i\": %lld, \"ts_ns\": %lld}\n", (long long)i,
-		   (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
-	sink_put(t->sink, &b);
-	t->events++;
-	buf_free(&b);
+	put_mark(t, &b, i);
 }
 
-void trace_write_recorded(struct trace *t, int64_t i, const char *threads)
+void trace_write_recorded(struct trace *t, int64_t i, const char *why, const char *threads)
 {
 	struct buf b = {0};
-	struct timespec now;
-	clock_gettime(CLOCK_REALTIME, &now);
 	buf_puts(&b, "{\"event\": \"recorded\", \"why\": ");
-	jw_cstr(&b, t->recorded_why);
+	jw_cstr(&b, why);
 	if (threads)
 		buf_puts(&b, ", \"threads\": "), buf_puts(&b, threads);
-	buf_printf(&b, ", \"pid\": %d, \"i\": %lld, \"ts_ns\": %lld}\n", t->target->pid,
-		   (long long)i, (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
-	sink_put(t->sink, &b);
-	t->events++;
-	buf_free(&b);
+	buf_printf(&b, ", \"pid\": %d", t->target->pid);
+	put_mark(t, &b, i);
 }

@@ -13,8 +13,8 @@ void trace_set_dropped(struct trace *t, uint64_t dropped);
 /* The closing mark of a machine whose hardware breakpoints do not fire: what the trace
  * could not observe, as line number i. */
 void trace_write_unobservable(struct trace *t, int64_t i);
-/* evmbpf record's closing mark: why it wrote the file (t->recorded_why), line i; with
- * `threads` (a JSON document, or NULL) under that key. */
-void trace_write_recorded(struct trace *t, int64_t i, const char *threads);
+/* evmbpf record's closing mark: why it wrote the file, line i; with `threads` (a JSON
+ * document, or NULL) under that key. */
+void trace_write_recorded(struct trace *t, int64_t i, const char *why, const char *threads);
 
 #endif

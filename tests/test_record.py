@@ -260,6 +260,26 @@ class Recorder:
     def stderr(self):
         return "".join(self.lines)
 
+    def count(self, pattern):
+        """How many lines of its stderr so far the regular expression matches."""
+        return sum(1 for line in list(self.lines) if re.search(pattern, line))
+
+    def wait_for(self, pattern, timeout=120, proc=None, count=1):
+        """Until `count` lines of its stderr match the regular expression (a process
+        that ends first, or the timeout, fails)."""
+        deadline = time.monotonic() + timeout
+        while self.count(pattern) < count:
+            if proc is not None and proc.poll() is not None:
+                raise AssertionError(f"{pattern!r}: the process ended (rc {proc.returncode}) "
+                                     f"first:\n{self.stderr()[-3000:]}")
+            assert self.proc.poll() is None, f"the recorder ended:\n{self.stderr()[-3000:]}"
+            assert time.monotonic() < deadline, (
+                f"{pattern!r} not said in {timeout} s:\n{self.stderr()[-3000:]}")
+            time.sleep(0.05)
+
+    def wait_attached(self, pid, proc=None, count=1):
+        self.wait_for(rf"^attached to {pid} ", proc=proc, count=count)
+
     def snapshot_links(self):
         """The BPF programs its perf links (uprobes, tracepoints) run, seen now."""
         links = perf_links(self.proc.pid)
@@ -877,3 +897,46 @@ def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
     path = os.path.join(rec.dir, files.pop())
     settled(path)
     assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+# ---------------------------------------------------------------- one object a Python build
+
+VERIFIED = r"^evmbpf: instructions verified: \d+ in all"
+
+
+def test_object_kept_for_the_next_process(evmbpf, refs, tmp_path):
+    """Two processes of the same Python one after the other, the second started once the
+    first has ended and its file is written: the recorder keeps the BPF object its last
+    process left and serves the second with it (-v: "kept loaded with no process, serves
+    it"), the verifier run once; both files are the reference's --tail 50 trace (nothing
+    of the first is seen by the second)."""
+    wanted = tmp_path / WANTED
+    wanted.mkdir()
+    os.symlink(RAISES, wanted / "raises.py")
+    rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid")
+    pids = []
+    try:
+        for name in ("first", "second"):
+            go = str(wanted / f"go-{name}")
+            proc = started(workload(str(wanted / "raises.py"), "--wait-for", go))
+            try:
+                rec.wait_attached(proc.pid, proc)
+                open(go, "w").close()
+                proc.communicate(timeout=300)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            assert proc.returncode == 1
+            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl"))
+            rec.wait_for(rf"^{proc.pid}: trace in ")
+            pids.append(proc.pid)
+    finally:
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    rec.assert_probes_gone(pids)
+    assert rec.count(VERIFIED) == 1, rec.stderr()
+    assert rec.count(rf"^evmbpf: {pids[1]}: BPF object \d+, kept loaded with no process, "
+                     r"serves it") == 1, rec.stderr()
+    for pid in pids:
+        assert_equals_reference_tail(refs["raises-tail"],
+                                     os.path.join(rec.dir, f"evmbpf-{pid}.jsonl"))

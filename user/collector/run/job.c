@@ -30,6 +30,7 @@
 #include "follow.h"
 #include "follow.skel.h"
 #include "hold.h"
+#include "objects.h"
 #include "procstate.h"
 #include "pyre.h"
 #include "record.h"
@@ -664,6 +665,9 @@ int run_job(const struct tracer_opts *opts)
 		return 1;
 	}
 	if (j.node) {
+		/* the recorder runs for ever, its processes come and go: the next process of a
+		 * Python build finds that build's object loaded, verified once */
+		session_objects_keep(1);
 		if (node_start(&j))
 			goto out;
 	} else if (opts->follow && follow_load(&j)) {
@@ -741,6 +745,7 @@ out:
 	}
 	for (int i = 0; i < j.n; i++)
 		free(j.procs[i]);
+	session_objects_release();
 	close(j.ep);
 	return rc;
 }

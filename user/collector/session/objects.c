@@ -6,7 +6,10 @@
  * (its own uprobes, with its pid, on the same programs) and a slot, nothing verified.
  * Freed when the process's session ends: what the programs kept for it under its tag (the
  * maps keyed by the target's addresses) goes with it, so a later process on the same
- * slot starts from nothing. */
+ * slot starts from nothing. The object goes with its last process, unless objects are
+ * kept (evmbpf record: session_objects_keep): then one object of each build stays loaded
+ * with no process, so that the next process of that build is served without the
+ * verifier; at most IDLE_MAX of them, the one idle longest freed first. */
 #include "session_state.h"
 #include "objects.h"
 #include "cupti_session.h"
@@ -25,6 +28,7 @@ struct evm_object {
 	int marker_kind;           /* lookup_special_kind, or -1: no marker probe */
 	int refs;
 	unsigned id;
+	uint64_t idle_since;       /* kept with no process: when its last one went (0: has one) */
 	struct bpf_link *links[2]; /* sched_process_exit and _exec: one each for all */
 	uint8_t used[PROC_SLOTS];
 	struct evm_object *next;
@@ -32,6 +36,11 @@ struct evm_object {
 
 static struct evm_object *objects;
 static unsigned objects_loaded;
+static int keep_idle;     /* an object outlives its last process (session_objects_keep) */
+/* Objects kept with no process, of different builds: a node runs a few Python builds; an
+ * idle object holds its maps' memory and runs its two tracepoints at every exit and exec
+ * of the node (a hash lookup that finds no process). */
+#define IDLE_MAX 8
 
 
 static int marker_kind_of(const struct target *t)
@@ -243,13 +252,17 @@ int session_slot_open(struct session *s)
 	if (!o && !(o = object_open(s)))
 		return -1;
 	int slot = free_slot(o); /* a new object's first, or the one object_find saw */
-	if (shared)
+	if (shared && !o->refs)
+		debugx("%d: BPF object %u, kept loaded with no process, serves it: slot %d, nothing "
+		       "verified", s->target.pid, o->id, slot);
+	else if (shared)
 		debugx("%d shares BPF object %u, slot %d (%d processes): nothing verified",
 		       s->target.pid, o->id, slot, o->refs + 1);
 	else
 		debugx("%d: BPF object %u loaded, slot %d", s->target.pid, o->id, slot);
 	o->used[slot] = 1;
 	o->refs++;
+	o->idle_since = 0;
 	s->obj = o;
 	s->skel = o->skel;
 	s->slot = (uint32_t)slot;
@@ -285,6 +298,57 @@ int session_slot_live(struct session *s)
 	return 0;
 }
 
+void session_objects_keep(int keep)
+{
+	keep_idle = keep;
+}
+
+static int same_build(const struct evm_object *a, const struct evm_object *b)
+{
+	return !memcmp(&a->pyo, &b->pyo, sizeof(a->pyo)) && a->marker_kind == b->marker_kind;
+}
+
+/* The last process of o went: kept loaded (session_objects_keep) when no other object of
+ * its build is, within IDLE_MAX; else freed. */
+static void object_idle(struct evm_object *o)
+{
+	struct evm_object *oldest = NULL;
+	int idle = 0;
+	for (struct evm_object *x = objects; keep_idle && x; x = x->next) {
+		if (x == o || x->refs)
+			continue;
+		if (same_build(x, o)) {
+			debugx("BPF object %u freed: object %u of the same Python is kept", o->id, x->id);
+			object_free(o);
+			return;
+		}
+		idle++;
+		if (!oldest || x->idle_since < oldest->idle_since)
+			oldest = x;
+	}
+	if (!keep_idle) {
+		object_free(o);
+		return;
+	}
+	if (idle >= IDLE_MAX) {
+		debugx("BPF object %u freed: %d objects of other Pythons kept with no process",
+		       oldest->id, idle);
+		object_free(oldest);
+	}
+	o->idle_since = mono_ns();
+	debugx("BPF object %u kept loaded with no process: the next process of its Python is "
+	       "served without the verifier", o->id);
+}
+
+void session_objects_release(void)
+{
+	for (struct evm_object *o = objects, *next; o; o = next) {
+		next = o->next;
+		if (!o->refs)
+			object_free(o);
+	}
+}
+
 void session_unload(struct session *s)
 {
 	struct evm_object *o = s->obj;
@@ -299,7 +363,15 @@ void session_unload(struct session *s)
 	if (s->ring_fd >= 0)
 		close(s->ring_fd);
 	s->ring_fd = -1;
-	if (o->refs > 1) {
+	if (o->refs > 1 || keep_idle) {
+		/* the thread that exec'd out of the process keeps its id (the pid), and the
+		 * programs, which no longer find its process, do not see it exit: what they kept
+		 * by thread id for it goes here (the others' went at their exits) */
+		uint32_t tid = tgid;
+		bpf_map_delete_elem(bpf_map__fd(skel->maps.bound_threads), &tid);
+		bpf_map_delete_elem(bpf_map__fd(skel->maps.markers), &tid);
+		bpf_map_delete_elem(bpf_map__fd(skel->maps.call_depth), &tid);
+		bpf_map_delete_elem(bpf_map__fd(skel->maps.host_exec), &tid);
 		purge_tag(bpf_map__fd(skel->maps.type_kinds), tag);
 		purge_tag(bpf_map__fd(skel->maps.call_codes), tag);
 		purge_tag(bpf_map__fd(skel->maps.marker_codes), tag);
@@ -320,5 +392,5 @@ void session_unload(struct session *s)
 	s->obj = NULL;
 	s->skel = NULL;
 	if (--o->refs == 0)
-		object_free(o);
+		object_idle(o);
 }

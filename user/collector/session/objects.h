@@ -9,5 +9,9 @@
 int session_slot_open(struct session *s);
 int session_slot_live(struct session *s);
 void session_unload(struct session *s);
+/* evmbpf record: an object outlives its last process (one a Python build, a few builds);
+ * release: those with no process freed. */
+void session_objects_keep(int keep);
+void session_objects_release(void);
 
 #endif

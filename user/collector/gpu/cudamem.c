@@ -379,19 +379,37 @@ void cudamem_record(struct cudamem *c, const struct rec_mem *r)
 	c->last[slot].reserved = r->reserved;
 }
 
-void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b)
+int cudamem_take(struct cudamem *c, uint32_t tid, int64_t v[3])
 {
 	for (int i = 0; c && i < CUDAMEM_TIDS; i++) {
 		if (c->last[i].tid != tid || !c->last[i].valid)
 			continue;
 		c->last[i].valid = 0; /* one record, one event */
-		int first = 1;
-		buf_putc(b, '{');
-		jw_key(b, &first, "allocated"), jw_int(b, c->last[i].allocated);
-		jw_key(b, &first, "reserved"), jw_int(b, c->last[i].reserved);
-		jw_key(b, &first, "max_allocated"), jw_int(b, c->last[i].max_allocated);
-		buf_putc(b, '}');
+		v[0] = c->last[i].allocated;
+		v[1] = c->last[i].reserved;
+		v[2] = c->last[i].max_allocated;
+		return 1;
+	}
+	return 0;
+}
+
+void cudamem_json_values(struct buf *b, int valid, const int64_t v[3])
+{
+	if (!valid) {
+		jw_null(b);
 		return;
 	}
-	jw_null(b);
+	int first = 1;
+	buf_putc(b, '{');
+	jw_key(b, &first, "allocated"), jw_int(b, v[0]);
+	jw_key(b, &first, "reserved"), jw_int(b, v[1]);
+	jw_key(b, &first, "max_allocated"), jw_int(b, v[2]);
+	buf_putc(b, '}');
+}
+
+void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b)
+{
+	int64_t v[3];
+	int valid = cudamem_take(c, tid, v);
+	cudamem_json_values(b, valid, v);
 }

@@ -84,6 +84,10 @@ int cudamem_available(struct cudamem *c);
 void cudamem_record(struct cudamem *c, const struct rec_mem *r);
 /* `mem` of an event of thread tid: the counters of its last REC_MEM, or null. */
 void cudamem_json(struct cudamem *c, uint32_t tid, struct buf *b);
+/* The same in two steps: the counters taken now (allocated, reserved, max_allocated;
+ * 1, or 0: none, null), and written later. */
+int cudamem_take(struct cudamem *c, uint32_t tid, int64_t v[3]);
+void cudamem_json_values(struct buf *b, int valid, const int64_t v[3]);
 
 /* What the session's side (cudamem_session.c) shares with the counters': a read of the
  * target's memory, and a mapping of a file whose name starts with `prefix` at file

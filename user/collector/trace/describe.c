@@ -275,7 +275,6 @@ static int key_text(struct describe_ctx *ctx, struct node_cursor *c, struct buf 
  * name (a string_view at +56) is the C++ type's: map it to the ScalarType number. */
 static int dtype_from_meta(struct describe_ctx *ctx, uint64_t meta)
 {
-	static struct { uint64_t meta; int dtype; } cache[32];
 	static const struct { const char *name; int dtype; } names[] = {
 		{ "unsigned char", 0 }, { "signed char", 1 }, { "short int", 2 }, { "short", 2 },
 		{ "int", 3 }, { "long int", 4 }, { "long", 4 }, { "c10::Half", 5 }, { "float", 6 },
@@ -283,11 +282,12 @@ static int dtype_from_meta(struct describe_ctx *ctx, uint64_t meta)
 		{ "c10::complex<double>", 10 }, { "bool", 11 }, { "c10::qint8", 12 },
 		{ "c10::quint8", 13 }, { "c10::qint32", 14 }, { "c10::BFloat16", 15 },
 	};
-	size_t slot = (meta >> 5) & 31;
 	if (!meta || !ctx->reader)
 		return -1;
-	if (cache[slot].meta == meta)
-		return cache[slot].dtype;
+	/* a process has a few of them (one per dtype it uses): each read once */
+	for (unsigned i = 0; i < ctx->nmetas; i++)
+		if (ctx->metas[i].meta == meta)
+			return ctx->metas[i].dtype;
 	uint64_t sv[2];
 	char name[48];
 	int dtype = -1;
@@ -298,8 +298,10 @@ static int dtype_from_meta(struct describe_ctx *ctx, uint64_t meta)
 			if (!strcmp(name, names[i].name))
 				dtype = names[i].dtype;
 	}
-	cache[slot].meta = meta;
-	cache[slot].dtype = dtype;
+	if (ctx->nmetas < sizeof(ctx->metas) / sizeof(ctx->metas[0])) {
+		ctx->metas[ctx->nmetas].meta = meta;
+		ctx->metas[ctx->nmetas++].dtype = dtype;
+	}
 	return dtype;
 }
 
@@ -498,6 +500,22 @@ int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *
 		return 0;
 	}
 	return -1;
+}
+
+void describe_prepare(struct describe_ctx *ctx, const uint8_t *p, size_t len)
+{
+	struct node_cursor c = { p, p + len };
+	const struct dnode *n;
+	/* every node lies in one run, the items after their container's node */
+	while ((n = take(&c))) {
+		if (n->kind == N_TENSOR && payload_len(n) >= sizeof(struct dnode_tensor)) {
+			const struct dnode_tensor *t = (const void *)(n + 1);
+			if (t->dtype == DTYPE_META)
+				dtype_from_meta(ctx, t->dtype_meta);
+		}
+		if (n->type && n->kind != N_NONE && n->kind != N_BOOL && n->kind != N_ABSENT)
+			ctx->type_name(ctx->arg, n->type);
+	}
 }
 
 int describe_args(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out)

@@ -40,6 +40,9 @@ struct describe_ctx {
 	uint32_t rec_tid;
 	uint64_t rec_ts;
 	int rec_exit;   /* that record is an exit (--stop-on-nonfinite waits for CUDA stats) */
+	/* torch < 1.8: the dtypes of the TypeMetaData records seen (dtype_from_meta) */
+	struct { uint64_t meta; int dtype; } metas[32];
+	unsigned nmetas;
 };
 
 struct node_cursor {
@@ -49,6 +52,10 @@ struct node_cursor {
 /* One value (and everything under it) as JSON. Returns 0, or -1 when the nodes are
  * malformed (the output then holds what could be decoded). */
 int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
+/* What describing these nodes later will need from the target, looked up now (the
+ * type names through ctx->type_name, which keeps them; torch < 1.8's dtypes): an event
+ * kept raw may be described after its process has gone. */
+void describe_prepare(struct describe_ctx *ctx, const uint8_t *p, size_t len);
 /* The args tuple node as a JSON list, the kwargs node as a JSON object. */
 int describe_args(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
 int describe_kwargs(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);

@@ -14,6 +14,24 @@ void sink_pass(struct sink *s, struct buf *line)
 		sink_put(s->next, line);
 }
 
+void sink_put_deferred(struct sink *s, struct deferred *d)
+{
+	if (s->ops->put_deferred && !s->finished) {
+		s->ops->put_deferred(s, d);
+		return;
+	}
+	struct buf line = {0};
+	d->format(d, &line);
+	d->free(d);
+	sink_put(s, &line);
+	buf_free(&line);
+}
+
+int sink_defers(const struct sink *s)
+{
+	return s->ops->put_deferred && !s->finished;
+}
+
 void sink_finish(struct sink *chain, int64_t *next_i)
 {
 	for (struct sink *s = chain; s; s = s->next) {
@@ -177,22 +195,65 @@ void sink_file_discard(struct sink *s, const char *path)
 
 /* --tail N */
 
+/* one of the tail's places: a line, or a deferred event */
+struct tail_item {
+	char *line;
+	size_t len;
+	struct deferred *ev;
+};
+
 struct tail_sink {
 	struct sink base;
-	char **ring;
+	struct tail_item *ring;
 	size_t cap, head, count;
-	size_t bytes, max_bytes;   /* what its lines hold; the bound (0: none) */
+	size_t bytes, max_bytes;   /* what its lines and events hold; the bound (0: none) */
 	uint64_t bound_hit;        /* lines the bound in bytes took */
 	int bound_said;
 };
 
+static size_t item_bytes(const struct tail_item *it)
+{
+	return it->ev ? it->ev->bytes : it->len;
+}
+
+static void item_free(struct tail_item *it)
+{
+	if (it->ev)
+		it->ev->free(it->ev);
+	free(it->line);
+	memset(it, 0, sizeof(*it));
+}
+
+/* The item's line: its own, or its event's formatted into `tmp`. */
+static void item_line(const struct tail_item *it, struct buf *tmp)
+{
+	if (it->ev)
+		it->ev->format(it->ev, tmp);
+	else
+		buf_put(tmp, it->line, it->len);
+}
+
 static void tail_drop_oldest(struct tail_sink *ts)
 {
-	ts->bytes -= strlen(ts->ring[ts->head]);
-	free(ts->ring[ts->head]);
-	ts->ring[ts->head] = NULL;
+	struct tail_item *it = &ts->ring[ts->head];
+	ts->bytes -= item_bytes(it);
+	item_free(it);
 	ts->head = (ts->head + 1) % ts->cap;
 	ts->count--;
+}
+
+/* A free place for an item of this size: the oldest dropped while the count or the
+ * bound in bytes says so. */
+static struct tail_item *tail_place(struct tail_sink *ts, size_t bytes)
+{
+	if (ts->count == ts->cap)
+		tail_drop_oldest(ts);
+	while (ts->max_bytes && ts->count && ts->bytes + bytes > ts->max_bytes) {
+		tail_drop_oldest(ts); /* the bound in bytes: the oldest go first */
+		ts->bound_hit++;
+	}
+	ts->bytes += bytes;
+	return &ts->ring[(ts->head + ts->count++) % ts->cap];
 }
 
 static void tail_put(struct sink *s, struct buf *line)
@@ -202,16 +263,16 @@ static void tail_put(struct sink *s, struct buf *line)
 		sink_pass(s, line);
 		return;
 	}
-	if (ts->count == ts->cap)
-		tail_drop_oldest(ts);
-	while (ts->max_bytes && ts->count && ts->bytes + line->len > ts->max_bytes) {
-		tail_drop_oldest(ts); /* the bound in bytes: the oldest go first */
-		ts->bound_hit++;
-	}
-	ts->ring[(ts->head + ts->count++) % ts->cap] = line->data;
-	ts->bytes += line->len;
+	struct tail_item *it = tail_place(ts, line->len);
+	it->line = line->data;
+	it->len = line->len;
 	line->data = NULL;
 	line->len = line->cap = 0;
+}
+
+static void tail_put_deferred(struct sink *s, struct deferred *d)
+{
+	tail_place((struct tail_sink *)s, d->bytes)->ev = d;
 }
 
 int sink_tail_bound(struct sink *tail, size_t max_bytes)
@@ -232,21 +293,28 @@ size_t sink_tail_bytes(const struct sink *tail)
 void sink_tail_copy(const struct sink *tail, struct sink *to)
 {
 	const struct tail_sink *ts = (const struct tail_sink *)tail;
+	struct buf line = {0};
 	for (size_t k = 0; k < ts->count; k++) {
-		struct buf line = {0};
-		buf_puts(&line, ts->ring[(ts->head + k) % ts->cap]);
+		item_line(&ts->ring[(ts->head + k) % ts->cap], &line);
 		sink_put(to, &line);
-		buf_free(&line);
+		buf_clear(&line);
 	}
+	buf_free(&line);
 }
 
 static void tail_finish(struct sink *s, int64_t *next_i)
 {
 	struct tail_sink *ts = (struct tail_sink *)s;
+	struct buf line = {0};
 	for (size_t k = 0; k < ts->count; k++) {
-		char *text = ts->ring[(ts->head + k) % ts->cap];
-		struct buf line = { .data = text, .len = strlen(text), .cap = strlen(text) + 1 };
-		ts->ring[(ts->head + k) % ts->cap] = NULL;
+		struct tail_item *it = &ts->ring[(ts->head + k) % ts->cap];
+		if (it->ev) {
+			item_line(it, &line);
+		} else { /* its text handed on as it is */
+			line.data = it->line, line.len = it->len, line.cap = it->len;
+			it->line = NULL;
+		}
+		item_free(it);
 		sink_pass(s, &line);
 		buf_free(&line);
 	}
@@ -254,7 +322,6 @@ static void tail_finish(struct sink *s, int64_t *next_i)
 	int64_t dropped = *next_i - 1 - (int64_t)ts->count;
 	ts->count = 0;
 	if (dropped > 0) {
-		struct buf line = {0};
 		buf_printf(&line, "{\"event\": \"dropped\", \"count\": %lld, \"i\": %lld}\n",
 			   (long long)dropped, (long long)(*next_i)++);
 		sink_pass(s, &line);
@@ -266,13 +333,14 @@ static void tail_free(struct sink *s)
 {
 	struct tail_sink *ts = (struct tail_sink *)s;
 	for (size_t k = 0; k < ts->cap; k++)
-		free(ts->ring[k]);
+		item_free(&ts->ring[k]);
 	free(ts->ring);
 	free(ts);
 }
 
 static const struct sink_ops tail_ops = {
-	.put = tail_put, .finish = tail_finish, .free = tail_free,
+	.put = tail_put, .put_deferred = tail_put_deferred, .finish = tail_finish,
+	.free = tail_free,
 };
 
 struct sink *sink_tail_new(struct sink *next, size_t n)

@@ -18,10 +18,23 @@
 
 struct sink;
 
+/* An event kept as it came, made into its line only when its line is wanted: the
+ * --tail keeper holds events that way (most never get written), every other sink takes
+ * lines. format() writes the line (its newline included) and leaves the event as it
+ * was (a flush formats the same event again later); free() ends it. */
+struct deferred {
+	void (*format)(const struct deferred *d, struct buf *line);
+	void (*free)(struct deferred *d);
+	size_t bytes;   /* what it holds in memory, itself included */
+};
+
 struct sink_ops {
 	/* Take the line: its data becomes the sink's (line->data is then NULL), or it is
 	 * written now, or handed on. */
 	void (*put)(struct sink *s, struct buf *line);
+	/* Take a deferred event (it becomes the sink's); NULL: the sink takes lines only,
+	 * and is handed the event's line. */
+	void (*put_deferred)(struct sink *s, struct deferred *d);
 	/* The end of the trace: what the sink keeps goes on to the next (the tail's lines and
 	 * its `dropped` line: *next_i is the "i" the next line written gets, advanced for
 	 * each line the sink adds). From then on it hands every line straight on. */
@@ -43,6 +56,10 @@ static inline void sink_put(struct sink *s, struct buf *line)
 {
 	s->ops->put(s, line);
 }
+/* A deferred event into the chain: kept as it is where the first sink keeps events,
+ * else its line now. Does the first sink keep events (should an event be deferred)? */
+void sink_put_deferred(struct sink *s, struct deferred *d);
+int sink_defers(const struct sink *s);
 void sink_finish(struct sink *chain, int64_t *next_i);
 int sink_flush(struct sink *chain);
 void sink_free(struct sink *chain);
@@ -66,13 +83,15 @@ int sink_file_error(const struct sink *s);
 void sink_file_discard(struct sink *s, const char *path);
 
 /* --tail N: the last n lines, handed on at the finish, after them a `dropped` line with
- * how many were emitted before them (the reference's tail). */
+ * how many were emitted before them (the reference's tail). It keeps deferred events as
+ * they are, and formats them only when it hands them on (at the finish, or a copy). */
 struct sink *sink_tail_new(struct sink *next, size_t n);
-/* The most bytes the tail's lines may hold together (0: no bound); past it the oldest go
- * first, as when n is reached. 1 the first time the bound took a line. */
+/* The most bytes the tail's lines and events may hold together (0: no bound); past it the
+ * oldest go first, as when n is reached. 1 the first time the bound took a line. */
 int sink_tail_bound(struct sink *tail, size_t max_bytes);
 size_t sink_tail_bytes(const struct sink *tail);
-/* A copy of the tail's lines, oldest first, put into `to`: what a flush writes. */
+/* A copy of the tail's lines, oldest first, put into `to` (its events formatted, kept
+ * as they are): what a flush writes. */
 void sink_tail_copy(const struct sink *tail, struct sink *to);
 
 #endif

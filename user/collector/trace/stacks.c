@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jsonw.h"
-#include "trace_writer.h"
+#include "events.h"
 
 struct thread_stack *stack_of(struct trace *t, uint32_t tid)
 {
@@ -25,28 +24,22 @@ void stack_frame_free(struct frame *f)
 {
 	free(f->phase);
 	free(f->args);
+	rawnodes_unref(f->nodes);
 }
 
 static void emit_unwound(struct trace *t, struct thread_stack *s, size_t from, const char *reason)
 {
 	size_t n = s->depth - from;
 	for (size_t k = 0; k < n; k++) {
-		struct frame *f = &s->frames[from + k];
-		struct buf b = {0};
-		int first = 1;
-		buf_putc(&b, '{');
-		jw_key(&b, &first, "event"), jw_cstr(&b, "unwound");
-		jw_key(&b, &first, "module"), jw_cstr(&b, f->mod->path);
-		jw_key(&b, &first, "type"), jw_cstr(&b, f->mod->type_name);
-		/* the reference's depth: len(stack) - len(frames) + position */
-		jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)(s->depth - n + k));
-		jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
-		jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
-		jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
-		jw_key(&b, &first, "args"), buf_puts(&b, f->args);
-		jw_key(&b, &first, "deepest"), jw_bool(&b, k == n - 1);
-		jw_key(&b, &first, "reason"), jw_cstr(&b, reason);
-		trace_emit(t, &b, s->tid, 0);
+		const struct frame *f = &s->frames[from + k];
+		struct call_event ev = {
+			.kind = CALL_UNWOUND, .deepest = k == n - 1, .tid = s->tid,
+			/* the reference's depth: len(stack) - len(frames) + position */
+			.depth = (int64_t)(s->depth - n + k), .forward = s->forward,
+			.call = f->call_id, .mod = f->mod, .phase = f->phase, .reason = reason,
+			.args = f->args, .nodes = f->nodes,
+		};
+		events_put(t, &ev);
 	}
 }
 

@@ -14,6 +14,7 @@
 #include "cudamem.h"
 #include "describe.h"
 #include "error.h"
+#include "events.h"
 #include "gpu_calls.h"
 #include "hwwatch.h"
 #include "jsonw.h"
@@ -26,35 +27,7 @@
 #include "stacks.h"
 #include "target.h"
 #include "trace_writer.h"
-
-/* The name of a type for descriptions (struct describe_ctx's callback). */
-static const char *trace_type_name(void *arg, uint64_t type)
-{
-	struct trace *t = arg;
-	/* small direct-mapped cache; names of live types do not change */
-	static struct { uint64_t type; const struct trace *t; char name[128]; } cache[1024];
-	size_t i = (type >> 4) & 1023;
-	if (cache[i].type == type && cache[i].t == t && type)
-		return cache[i].name;
-	char name[128] = "?";
-	struct type_info info;
-	uint64_t key = type | t->type_tag;
-	if (type && t->type_map_fd >= 0 && !bpf_map_lookup_elem(t->type_map_fd, &key, &info)) {
-		info.name[sizeof(info.name) - 1] = 0;
-		const char *dot = info.heap ? NULL : strrchr(info.name, '.');
-		cache[i].type = type;
-		cache[i].t = t;
-		snprintf(cache[i].name, sizeof(cache[i].name), "%s", dot ? dot + 1 : info.name);
-		return cache[i].name;
-	}
-	if (type && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0) {
-		cache[i].type = type;
-		cache[i].t = t;
-		snprintf(cache[i].name, sizeof(cache[i].name), "%s", name);
-		return cache[i].name;
-	}
-	return "?";
-}
+#include "typenames.h"
 
 /* getattr(obj, name) for a str found in the instance's __dict__ or its class's MRO
  * (a transformers config keeps model_type on the class). */
@@ -129,7 +102,8 @@ static void numeric_describe(struct trace *t, int on)
 	t->dctx->held = t->held;
 }
 
-static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c);
+static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c,
+			int last);
 
 /* A module call's record; REC_F_BOUND: the bound call announced before it encloses it,
  * and its args and kwargs come first. */
@@ -139,7 +113,7 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 	if (r->flags & REC_F_BOUND_SELF) { /* a bound call's own entry, its args its nodes */
 		struct rec_call own = *r;
 		own.flags &= ~(REC_F_BOUND | REC_F_BOUND_SELF);
-		enter_module(t, &own, &c);
+		enter_module(t, &own, &c, 1);
 		return;
 	}
 	if ((r->flags & REC_F_BOUND) && !(t->bound.hdr.tid == r->hdr.tid && t->bound.self)) {
@@ -155,18 +129,19 @@ static void on_enter(struct trace *t, const struct rec_call *r, size_t size)
 		outer.marker = t->bound.marker;
 		outer.flags = r->flags & ~(REC_F_BOUND | REC_F_HELD);
 		t->bound.self = 0;
-		if (!enter_module(t, &outer, &c)) { /* not traced: its nodes are skipped */
+		if (!enter_module(t, &outer, &c, 0)) { /* not traced: its nodes are skipped */
 			struct buf args = {0}, kwargs = {0};
 			describe_call(t, &c, &args, &kwargs);
 			buf_free(&args);
 			buf_free(&kwargs);
 		}
 	}
-	enter_module(t, r, &c);
+	enter_module(t, r, &c, 1);
 }
 
-/* 1: its args and kwargs were read from c */
-static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c)
+/* 1: its args and kwargs were read from c. last: they are the rest of the record. */
+static int enter_module(struct trace *t, const struct rec_call *r, struct node_cursor *c,
+			int last)
 {
 	struct thread_stack *s = stack_of(t, r->hdr.tid);
 	if (!t->root && s->depth == 0) {
@@ -199,60 +174,61 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 	if (!mod->traced)
 		return 0;
 
-	struct buf args = {0}, kwargs = {0}, nargs = {0}, nkwargs = {0};
-	struct node_cursor c0 = *c; /* --numeric describes the same nodes again */
-	if (describe_call(t, c, &args, &kwargs))
-		debugx("malformed description in an enter record of %s", mod->path);
-	if (!args.data)
-		buf_puts(&args, "[]");
-	if (!kwargs.data)
-		buf_puts(&kwargs, "{}");
-	if (t->opts.numeric) {
-		/* the same values with their stats: input_numeric's, and the frame's (the
-		 * reference's list gains them in place, so `unwound` and, in tail mode, the
-		 * buffered `enter` carry them; a streamed `enter` was written before) */
-		numeric_describe(t, 1);
-		describe_call(t, &c0, &nargs, &nkwargs);
-		numeric_describe(t, 0);
-		if (!nargs.data)
-			buf_puts(&nargs, "[]");
-		if (!nkwargs.data)
-			buf_puts(&nkwargs, "{}");
-	}
-	int stats_in_enter = t->opts.numeric && t->opts.tail > 0;
-
 	if (s->depth == s->cap) {
 		s->cap = s->cap ? s->cap * 2 : 16;
 		s->frames = xrealloc(s->frames, s->cap * sizeof(*s->frames));
 	}
 	struct frame *f = &s->frames[s->depth++];
+	memset(f, 0, sizeof(*f));
 	f->mod = mod;
-	f->raised = 0;
 	f->call_id = ++t->call_id;
 	f->phase = xstrdup(phase_at(t, s, r->marker));
 	if (strncmp(t->last_phase, f->phase, sizeof(t->last_phase) - 1))
 		snprintf(t->last_phase, sizeof(t->last_phase), "%s", f->phase);
-	f->args = xstrdup(t->opts.numeric ? nargs.data : args.data);
 
-	struct buf b = {0};
-	int first = 1;
-	buf_putc(&b, '{');
-	jw_key(&b, &first, "event"), jw_cstr(&b, "enter");
-	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
-	jw_key(&b, &first, "type"), jw_cstr(&b, mod->type_name);
-	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth - 1);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, f->phase);
-	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
-	jw_key(&b, &first, "call"), jw_int(&b, f->call_id);
-	jw_key(&b, &first, "args"), buf_puts(&b, stats_in_enter ? nargs.data : args.data);
-	jw_key(&b, &first, "kwargs"), buf_puts(&b, stats_in_enter ? nkwargs.data : kwargs.data);
-	jw_key(&b, &first, "mem"), cudamem_json(t->cuda, r->hdr.tid, &b);
-	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	struct call_event ev = {
+		.kind = CALL_ENTER, .tid = r->hdr.tid, .ts_ns = r->hdr.ts_ns,
+		.depth = (int64_t)s->depth - 1, .forward = s->forward, .call = f->call_id,
+		.mod = mod, .phase = f->phase,
+	};
+	ev.mem_valid = (uint8_t)cudamem_take(t->cuda, r->hdr.tid, ev.mem);
+	struct buf args = {0}, kwargs = {0}, nargs = {0}, nkwargs = {0};
+	if (last && !t->opts.numeric) {
+		/* the rest of the record is this call's: kept as it is, described when its
+		 * line is written (the frame's `unwound` too) */
+		ev.nodes = f->nodes = rawnodes_new(c->p, (size_t)(c->end - c->p));
+		c->p = c->end;
+	} else {
+		struct node_cursor c0 = *c; /* --numeric describes the same nodes again */
+		if (describe_call(t, c, &args, &kwargs))
+			debugx("malformed description in an enter record of %s", mod->path);
+		if (!args.data)
+			buf_puts(&args, "[]");
+		if (!kwargs.data)
+			buf_puts(&kwargs, "{}");
+		if (t->opts.numeric) {
+			/* the same values with their stats: input_numeric's, and the frame's (the
+			 * reference's list gains them in place, so `unwound` and, in tail mode,
+			 * the buffered `enter` carry them; a streamed `enter` was written before) */
+			numeric_describe(t, 1);
+			describe_call(t, &c0, &nargs, &nkwargs);
+			numeric_describe(t, 0);
+			if (!nargs.data)
+				buf_puts(&nargs, "[]");
+			if (!nkwargs.data)
+				buf_puts(&nkwargs, "{}");
+		}
+		int stats_in_enter = t->opts.numeric && t->opts.tail > 0;
+		f->args = xstrdup(t->opts.numeric ? nargs.data : args.data);
+		ev.args = stats_in_enter ? nargs.data : args.data;
+		ev.kwargs = stats_in_enter ? nkwargs.data : kwargs.data;
+	}
+	events_put(t, &ev);
 	if (t->gpu)
 		gpu_calls_enter(t->gpu, r->hdr.tid, f->call_id, mod->path, r->hdr.ts_ns);
 	if (t->opts.numeric) {
 		struct buf n = {0};
-		first = 1;
+		int first = 1;
 		buf_putc(&n, '{');
 		jw_key(&n, &first, "event"), jw_cstr(&n, "input_numeric");
 		jw_key(&n, &first, "module"), jw_cstr(&n, mod->path);
@@ -331,30 +307,31 @@ static void on_exit_(struct trace *t, const struct rec_call *r, size_t size)
 	if (!mod || !mod->traced)
 		return;
 	struct thread_stack *s = stack_of(t, r->hdr.tid);
-	struct buf out = {0};
 	struct node_cursor c = { (const uint8_t *)(r + 1), (const uint8_t *)r + size };
-	numeric_describe(t, t->opts.numeric);
-	t->dctx->nonfinite = 0;
-	if (describe_value(t->dctx, &c, &out))
-		debugx("malformed description in an exit record of %s", mod->path);
-	numeric_describe(t, 0);
+	struct buf out = {0};
+	struct call_event ev = {
+		.kind = CALL_EXIT, .tid = r->hdr.tid, .ts_ns = r->hdr.ts_ns, .mod = mod,
+	};
+	if (events_defer(t)) {
+		/* described when its line is written, if ever */
+		ev.nodes = rawnodes_new(c.p, (size_t)(c.end - c.p));
+	} else {
+		numeric_describe(t, t->opts.numeric);
+		t->dctx->nonfinite = 0;
+		if (describe_value(t->dctx, &c, &out))
+			debugx("malformed description in an exit record of %s", mod->path);
+		numeric_describe(t, 0);
+		ev.args = out.data ? out.data : "null";
+	}
 	struct frame f = {0};
 	int found = stack_pop_to(t, s, mod->path, &f);
-
-	struct buf b = {0};
-	int first = 1;
-	buf_putc(&b, '{');
-	jw_key(&b, &first, "event"), jw_cstr(&b, "exit");
-	jw_key(&b, &first, "module"), jw_cstr(&b, mod->path);
-	jw_key(&b, &first, "type"), found ? jw_cstr(&b, f.mod->type_name) : jw_null(&b);
-	jw_key(&b, &first, "depth"), jw_int(&b, (int64_t)s->depth);
-	jw_key(&b, &first, "phase"), jw_cstr(&b, phase_at(t, s, r->marker));
-	jw_key(&b, &first, "forward"), jw_int(&b, s->forward);
-	jw_key(&b, &first, "call"), found ? jw_int(&b, f.call_id) : jw_null(&b);
-	jw_key(&b, &first, "output"), buf_puts(&b, out.data ? out.data : "null");
-	if (!found)
-		jw_key(&b, &first, "orphan"), jw_bool(&b, 1);
-	trace_emit(t, &b, r->hdr.tid, r->hdr.ts_ns);
+	ev.found = (uint8_t)found;
+	ev.depth = (int64_t)s->depth;
+	ev.phase = phase_at(t, s, r->marker);
+	ev.forward = s->forward;
+	ev.call = found ? f.call_id : 0;
+	events_put(t, &ev);
+	rawnodes_unref(ev.nodes);
 	buf_free(&out);
 	if (t->gpu && found)
 		gpu_calls_exit(t->gpu, r->hdr.tid, f.call_id, r->hdr.ts_ns);
@@ -564,6 +541,7 @@ static void free_state(struct trace *t)
 	free(t->dctx);
 	t->dctx = NULL;
 	modtree_free(&t->mods);
+	typenames_free(&t->typenames);
 	pyre_free(t->pattern);
 	t->pattern = NULL;
 }

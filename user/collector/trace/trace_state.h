@@ -18,12 +18,23 @@ struct pyre;
 struct sink;
 struct target;
 
+struct rawnodes;
+
 struct frame {
 	const struct mod_entry *mod;
 	int64_t call_id;
 	char *phase;
-	char *args;   /* JSON of the described args, kept for `unwound` */
+	/* its args, for `unwound`: the enter record's nodes, described when written, or
+	 * the JSON written at the enter (--numeric's, with stats read then) */
+	struct rawnodes *nodes;
+	char *args;
 	int raised;   /* an exception left it: it is not running any more */
+};
+
+/* type address -> its name (typenames.c) */
+struct typenames {
+	struct typename_slot *slots;
+	size_t cap, count;
 };
 
 struct thread_stack {
@@ -88,6 +99,7 @@ struct trace {
 		uint64_t parent; /* the marker active around it when it began */
 		uint32_t kind;   /* MARKER_KIND_* */
 	} markers[MARKER_SLOTS];
+	struct typenames typenames;
 	/* note_samples: the reference's samples (JSON) and batch_rows; NULL: none */
 	char *samples;
 	int64_t batch_rows;

@@ -21,20 +21,25 @@ static void write_line(struct trace *t, struct buf *line)
 	sink_put(t->sink, line);
 }
 
-/* Close an event: the reference's "i", then the extension keys. */
-void trace_emit(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts)
+void trace_event_end(struct buf *ev, int64_t i, uint32_t tid, uint64_t wall_ns)
 {
 	/* per event: no printf (the collector's hottest path) */
 	buf_puts(ev, ", \"i\": ");
-	jw_int(ev, ++t->seq);
+	jw_int(ev, i);
 	if (tid) {
 		buf_puts(ev, ", \"tid\": ");
 		jw_int(ev, tid);
 		buf_puts(ev, ", \"ts_ns\": ");
-		jw_int(ev, (int64_t)((ts ? ts : t->now_ns) + t->boot_to_realtime_ns));
+		jw_int(ev, (int64_t)wall_ns);
 	}
-	buf_putc(ev, '}');
-	write_line(t, ev);
+	buf_puts(ev, "}\n");
+}
+
+/* Close an event: the reference's "i", then the extension keys. */
+void trace_emit(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts)
+{
+	trace_event_end(ev, ++t->seq, tid, (ts ? ts : t->now_ns) + t->boot_to_realtime_ns);
+	sink_put(t->sink, ev);
 	buf_free(ev);
 	t->events++;
 }

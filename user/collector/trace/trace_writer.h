@@ -7,6 +7,9 @@
 /* Close an event (the reference's "i", then tid and ts_ns when tid is not 0; ts 0: the
  * time of the record being read) and write it; the header, once. */
 void trace_emit(struct trace *t, struct buf *ev, uint32_t tid, uint64_t ts);
+/* The end of an event's line: its "i", and its thread and wall-clock time when tid is
+ * not 0, the closing brace and the newline. */
+void trace_event_end(struct buf *ev, int64_t i, uint32_t tid, uint64_t wall_ns);
 void trace_header(struct trace *t);
 /* Mention the drops the BPF side counted (where they were seen, and at the end). */
 void trace_set_dropped(struct trace *t, uint64_t dropped);

@@ -313,6 +313,8 @@ int session_finish(struct session *s)
 		cupti_finish(&s->trace);
 		trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 		rc = trace_close(&s->trace);
+		if (rc == TRACE_KEPT) /* its objects go now; its pid may soon be another's */
+			trace_target_gone(&s->trace);
 		status_end(&s->status, &s->trace, dropped);
 	}
 	if (verbose && s->ps)
@@ -327,5 +329,20 @@ int session_finish(struct session *s)
 	session_unload(s);
 	if (s->target.root_fd > 0)
 		close(s->target.root_fd);
+	s->target.root_fd = -1;
 	return rc;
+}
+
+int session_write_kept(struct session *s)
+{
+	int rc = trace_close(&s->trace);
+	if (rc != TRACE_KEPT)
+		session_drop_kept(s);
+	return rc;
+}
+
+void session_drop_kept(struct session *s)
+{
+	if (trace_is_open(&s->trace))
+		trace_abandon(&s->trace);
 }

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <bpf/bpf.h>
 
@@ -486,34 +487,55 @@ size_t trace_tail_bytes(const struct trace *t)
 	return t->tail ? sink_tail_bytes(t->tail) : 0;
 }
 
-int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
+/* The tail written to path as a file of its own, numbered on from the trace's lines, the
+ * trace left as it was: open_frames, the frames still open `unwound` ("session ended");
+ * then the closing marks. 0, or the errno of the creation or write that failed (said,
+ * the file removed). */
+static int write_tail_copy(struct trace *t, const char *path, int open_frames, const char *why,
+			   const char *threads_json)
 {
-	if (!t->tail || !t->events)
-		return 1;
 	struct sink *file = sink_file_open(path, 0);
 	if (!file)
-		return -1;
+		return errno ? errno : EIO;
 	struct sink *tail = sink_tail_new(file, (size_t)t->opts.tail);
 	sink_tail_copy(t->tail, tail);
-	/* written as the trace's own lines, numbered on from it; the trace is left as it was */
 	struct sink *live = t->sink;
 	int64_t seq = t->seq;
 	uint64_t events = t->events;
 	t->sink = tail;
-	stacks_write_open(t, "session ended");
+	if (open_frames)
+		stacks_write_open(t, "session ended");
 	int64_t next_i = t->seq + 1;
 	sink_finish(tail, &next_i);
 	if (!hw_watch_works())
 		trace_write_unobservable(t, next_i++);
-	trace_write_recorded(t, next_i++, "flush: the process runs on", threads_json);
+	if (why)
+		trace_write_recorded(t, next_i++, why, threads_json);
 	int err = sink_flush(tail);
-	if (err)
-		warnx_("cannot write %s: %s", path, strerror(err));
 	sink_free(tail);
+	if (err) {
+		warnx_("cannot write %s: %s", path, strerror(err));
+		unlink(path);
+	}
 	t->sink = live;
 	t->seq = seq;
 	t->events = events;
-	return err ? -1 : 0;
+	return err;
+}
+
+int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
+{
+	if (!t->tail || !t->events)
+		return 1;
+	return write_tail_copy(t, path, 1, "flush: the process runs on", threads_json) ? -1 : 0;
+}
+
+void trace_target_gone(struct trace *t)
+{
+	t->type_map_fd = -1;
+	t->target_gone = 1;
+	if (t->dctx)
+		t->dctx->reader = NULL;
 }
 
 int trace_is_open(const struct trace *t)
@@ -551,6 +573,21 @@ int trace_close(struct trace *t)
 	if (!t->sink) {
 		free_state(t);
 		return 0;
+	}
+	if (t->opts.deferred_file && t->tail && t->events) {
+		/* evmbpf record: written from a copy, so that a full disk leaves the tail as it
+		 * was, for another try (said the first time only) */
+		int quiet = warn_silent;
+		warn_silent = quiet || t->write_tries++;
+		int err = write_tail_copy(t, t->out_path, 0, t->recorded_why[0] ? t->recorded_why :
+					  NULL, NULL);
+		warn_silent = quiet;
+		if (err == ENOSPC || err == EDQUOT)
+			return TRACE_KEPT;
+		sink_free(t->sink);
+		t->sink = t->file = t->tail = NULL;
+		free_state(t);
+		return err ? -1 : 0;
 	}
 	int64_t next_i = t->seq + 1; /* of a line written here */
 	sink_finish(t->sink, &next_i);

@@ -18,8 +18,15 @@ int trace_open(struct trace *t, struct target *target, const char *path, int for
 /* One record from the ring buffer. */
 void trace_record(struct trace *t, const void *data, size_t size);
 /* The end of the trace: what the sinks keep is written (the --tail lines), then the
- * closing mark; 0, or -1 when the file could not be written (said on stderr). */
+ * closing mark; 0, or -1 when the file could not be written (said on stderr).
+ * evmbpf record's traces (deferred_file): TRACE_KEPT when the disk (or the quota) was
+ * full: nothing was written, the trace is as it was, and trace_close may be tried again
+ * later (or trace_abandon'ed). */
+#define TRACE_KEPT 1
 int trace_close(struct trace *t);
+/* The process and its BPF maps are gone: nothing more is read from them (a kept trace's
+ * descriptions use the names taken when their events came). */
+void trace_target_gone(struct trace *t);
 /* A trace that never began: closed, its file removed. */
 void trace_abandon(struct trace *t);
 int trace_is_open(const struct trace *t);

@@ -113,6 +113,8 @@ struct trace {
 	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
 	                                  * of events it causes (unwound frames, errors) */
 	int write_reported;              /* the file's failure has been said on stderr */
+	int write_tries;                 /* evmbpf record: tries to write it (a full disk) */
+	int target_gone;                 /* nothing more is read from the process */
 	struct rec_orphan early[64];     /* orphans seen before the model was known */
 	struct rec_bound_enter bound;    /* a bound call's entry, described by the next REC_ENTER */
 	size_t nearly;

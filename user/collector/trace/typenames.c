@@ -61,7 +61,7 @@ static char *look_up(struct trace *t, uint64_t type)
 		return xstrdup(dot ? dot + 1 : info.name);
 	}
 	char name[128];
-	if (py_type_name(&t->target->reader, type, name, sizeof(name)) == 0)
+	if (!t->target_gone && py_type_name(&t->target->reader, type, name, sizeof(name)) == 0)
 		return xstrdup(name);
 	return NULL;
 }

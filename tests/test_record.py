@@ -13,6 +13,7 @@ no probe and a process hung mid-forward running on. A second run takes --keep-al
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import threading
@@ -22,7 +23,7 @@ import pytest
 from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
-                            RUN_WORKLOAD, comparable, compare_traces, load, perf_links,
+                            RUN_WORKLOAD, STANDIN, comparable, compare_traces, load, perf_links,
                             probes_left, proc_state, recorded_why, host_kwargs,
                             without_machine_notes)
 
@@ -226,14 +227,19 @@ class Recorder:
     """`evmbpf record --dir DIR --tail N ARGS`, its pid file in the test's folder; ready
     once it has said on stderr that it is recording."""
 
-    def __init__(self, directory, *args, pidfile, tail=TAIL, timeout=120):
+    def __init__(self, directory, *args, pidfile, tail=TAIL, timeout=120, nofile=None):
         self.dir, self.pidfile = str(directory), str(pidfile)
         os.makedirs(self.dir, exist_ok=True)
         self.env = dict(os.environ, EVMBPF_RECORD_PIDFILE=self.pidfile)
         self.uprobe_events = probes_left()
+
+        def limit():  # nofile: its soft limit of open files, as a shell's may be
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE,
+                                   (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         self.proc = subprocess.Popen([EVMBPF, "record", "--dir", self.dir, "--tail", str(tail),
                                       *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=self.env)
+                                     text=True, env=self.env, preexec_fn=limit)
         self.lines = []
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -940,3 +946,58 @@ def test_object_kept_for_the_next_process(evmbpf, refs, tmp_path):
     for pid in pids:
         assert_equals_reference_tail(refs["raises-tail"],
                                      os.path.join(rec.dir, f"evmbpf-{pid}.jsonl"))
+
+
+# ---------------------------------------------------------------- more than one object serves
+
+MANY = 130  # one object serves 128 processes (include/procslot.h's PROC_SLOTS)
+
+
+@pytest.mark.skipif(not FULL_MATRIX, reason="EVMBPF_FULL_MATRIX=1 (make test-matrix)")
+def test_more_processes_than_one_object_serves(evmbpf, tmp_path):
+    """130 processes of the host's Python with the stand-in torch (tests/standin: about
+    12 MB each), alive at once, each attached before it is let go, each raising: a second
+    BPF object of that Python is loaded for those past 128 (-v: two verified), and every
+    process has its file, the reference's --tail 50 trace of the same work. The recorder
+    starts with a soft limit of 1024 open files, as a shell's often is: 130 processes
+    need about 2000 (it raises its limit)."""
+    workload_path = os.path.join(OWN_WORKLOADS, "standin_raises.py")
+    env = clean_env(PYTHONPATH=STANDIN)
+    ref = str(tmp_path / "ref.jsonl")
+    r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, workload_path, "--trace", ref, "--tail",
+                        str(TAIL)], capture_output=True, text=True, env=env, timeout=300)
+    assert os.path.exists(ref), r.stderr[-2000:]
+    wanted = tmp_path / WANTED
+    wanted.mkdir()
+    os.symlink(workload_path, wanted / "standin_raises.py")
+    go = str(wanted / "go")
+    rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid",
+                   nofile=1024)
+    procs = []
+    try:
+        for _ in range(MANY):
+            procs.append(workload(str(wanted / "standin_raises.py"), "--wait-for", go,
+                                  "--wait-timeout", "900", env=env))
+        for proc in procs:
+            started(proc)
+            rec.wait_attached(proc.pid, proc, count=1)
+        open(go, "w").close()
+        for proc in procs:
+            proc.communicate(timeout=300)
+            assert proc.returncode == 1
+        for proc in procs:
+            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl"))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()[-3000:]
+    assert rec.count(VERIFIED) == 2, rec.stderr()[-3000:]
+    assert rec.count(r"^evmbpf: \d+: BPF object 2 loaded") == 1, rec.stderr()[-3000:]
+    assert not rec.count(r"not traced"), rec.stderr()[-3000:]
+    for proc in procs:
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        compare_traces(load(ref), load(path), kwargs=True)
+    assert files_of(rec.dir) == {f"evmbpf-{proc.pid}.jsonl" for proc in procs}

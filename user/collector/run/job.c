@@ -78,6 +78,7 @@ struct job {
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 	int full;           /* the last proc_start found no room */
+	int untraced;       /* processes not traced for want of room since the last said */
 };
 
 
@@ -108,8 +109,18 @@ static struct proc *proc_start(struct job *j, pid_t pid, int forked, const char 
 {
 	j->full = j->n == JOB_MAX && !free_slot(j);
 	if (j->full) {
-		warnx_("more than %d processes: %d is not traced", JOB_MAX, pid);
+		/* said once, when the room runs out, and how many went untraced once it is back */
+		if (!j->untraced++)
+			warnx_("more than %d processes at once: %d is not traced, nor any other "
+			       "until one ends", JOB_MAX, pid);
+		else
+			debugx("more than %d processes at once: %d is not traced", JOB_MAX, pid);
 		return NULL;
+	}
+	if (j->untraced) {
+		warnx_("%d process%s not traced while %d were", j->untraced,
+		       j->untraced == 1 ? " was" : "es were", JOB_MAX);
+		j->untraced = 0;
 	}
 	struct proc *p = xcalloc(1, sizeof(*p));
 	p->s.opts = j->opts;
@@ -569,6 +580,7 @@ static int node_start(struct job *j)
 	if (record_match_compile(o, &j->match) || record_pidfile_write())
 		return -1;
 	record_flush_catch();
+	record_fd_limit();
 	if (follow_load(j))
 		return -1;
 	pid_t pids[JOB_MAX];

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -298,6 +299,22 @@ int record_flush_send(pid_t pid)
 	else
 		fprintf(stderr, "asked the recorder (pid %d) to write every live tail\n", rec);
 	return 0;
+}
+
+void record_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl))
+		warnx_("warning: cannot raise the open files' limit from %llu to %llu: %s (a few "
+		       "hundred processes need a few thousand)", (unsigned long long)was,
+		       (unsigned long long)rl.rlim_max, strerror(errno));
+	else
+		debugx("open files' limit raised from %llu to %llu", (unsigned long long)was,
+		       (unsigned long long)rl.rlim_max);
 }
 
 int64_t record_parse_size(const char *text)

@@ -47,6 +47,11 @@ pid_t record_flush_asked(void);
 /* evmbpf record --flush [--pid PID]: ask the running recorder; evmbpf's exit status. */
 int record_flush_send(pid_t pid);
 
+/* The open files' limit raised to its hard limit: each process traced holds about 15
+ * descriptors (its ring buffer, its probes), each loaded BPF object about 60, and a shell's
+ * soft limit is often 1024. */
+void record_fd_limit(void);
+
 /* The size of --max-memory: a number with K, M or G; -1 when it is not one. */
 int64_t record_parse_size(const char *text);
 

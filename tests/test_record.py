@@ -9,7 +9,11 @@ One recorder run (class TestRecorder) takes the set of processes that end in eve
 (the files of exactly the abnormal ones), a process that ran before it started, a rank of
 a job, and a hang flushed by `evmbpf record --flush --pid`; its end (SIGTERM) must leave
 no probe and a process hung mid-forward running on. A second run takes --keep-all and
---match; the refused arguments start none. EVMBPF_FULL_MATRIX=1 adds --max-memory."""
+--match; the refused arguments start none. A third (class TestForkExecLateImport) takes
+a fork without exec (the child raises, or exits 3), an exec into another Python and one
+out of Python, and a late import of torch, each process attached before it is let go.
+Two processes one after the other share one BPF object, verified once.
+EVMBPF_FULL_MATRIX=1 adds --max-memory and 130 processes at once (two objects)."""
 import json
 import os
 import re
@@ -903,6 +907,177 @@ def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
     path = os.path.join(rec.dir, files.pop())
     settled(path)
     assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+# ---------------------------------------------------------------- a process forks, execs, imports late
+
+RECORD_FORK = os.path.join(OWN_WORKLOADS, "record_fork.py")
+# a Python that waits for the file named by its first argument, torch not imported
+WAIT_GO = ("import os, sys, time\n"
+           "while not os.path.exists(sys.argv[1]):\n"
+           "    time.sleep(0.01)\n")
+# ... then calls a module and execs ARGV[2:] (no file: its trace ends at the exec)
+CALL_THEN_EXEC = WAIT_GO + ("import torch\n"
+                            "torch.nn.Linear(2, 2)(torch.ones(1, 2))\n"
+                            "os.execv(sys.argv[2], sys.argv[2:])\n")
+# ... then runs run_workload.py ARGV[2] ARGV[3]: torch imported long after the attach
+LATE_IMPORT = WAIT_GO + ("import runpy\n"
+                         "sys.argv = sys.argv[2:]\n"
+                         "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def in_maps(pid, text):
+    with open(f"/proc/{pid}/maps") as handle:
+        return text in handle.read()
+
+
+class TestForkExecLateImport:
+    """`evmbpf record -v --match evmbpf-wanted`: each process is attached (the recorder
+    says so) before it is let go (a file it waits for), so that what it does is seen
+    from its start whatever the machine's load: a process the recorder looks at a moment
+    after its exec runs on meanwhile (docs/record.md)."""
+
+    @pytest.fixture(scope="class")
+    def rec(self, evmbpf, refs, tmp_path_factory):
+        base = tmp_path_factory.mktemp("forkexec")
+        wanted = base / WANTED
+        wanted.mkdir()
+        for path in (RAISES, RECORD_FORK):
+            os.symlink(path, wanted / os.path.basename(path))
+        rec = Recorder(base / "traces", "-v", "--match", WANTED, pidfile=base / "pid")
+        rec.wanted = wanted
+        try:
+            yield rec
+        finally:
+            rc = rec.stop()
+            assert rc == 0, rec.stderr()[-3000:]
+            rec.assert_probes_gone()
+
+    def go(self, rec, name):
+        return str(rec.wanted / f"go-{name}")
+
+    def test_late_torch_import(self, rec, refs):
+        """A Python attached while torch is not imported (it waits first), which then runs
+        raises.py (torch imported then): its file is the reference's --tail 50 trace."""
+        go = self.go(rec, "late")
+        proc = subprocess.Popen([HOST_PYTHON, "-c", LATE_IMPORT, go, RUN_WORKLOAD,
+                                 str(rec.wanted / "raises.py")], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=clean_env())
+        try:
+            rec.wait_attached(proc.pid, proc)
+            assert not in_maps(proc.pid, "libtorch"), "torch was imported before the attach"
+            open(go, "w").close()
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, err[-2000:]
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        settled(path)
+        events = assert_equals_reference_tail(refs["raises-tail"], path)
+        assert events[0]["tracer"]["recorder"]["attached"] == "exec", events[0]["tracer"]
+        assert recorded_why(path) == "exit status 1"
+
+    def test_exec_into_another_python(self, rec, refs):
+        """A traced Python calls a module, then execs a shell that execs a Python running
+        raises.py: the first trace ends at the exec and leaves no file; the new program
+        (same pid) is traced from its entry point, and its file is the reference's
+        --tail 50 trace of raises.py, attached at its exec."""
+        go = self.go(rec, "exec-python")
+        proc = subprocess.Popen(
+            [HOST_PYTHON, "-c", CALL_THEN_EXEC, go, "/bin/sh", "-c", 'exec "$0" "$@"',
+             HOST_PYTHON, RUN_WORKLOAD, str(rec.wanted / "raises.py")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+        try:
+            rec.wait_attached(proc.pid, proc)
+            open(go, "w").close()
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 1, err[-2000:]
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        settled(path)
+        assert rec.count(rf"^evmbpf: {proc.pid} exec'd another program") == 1, rec.stderr()
+        assert rec.count(rf"^attached to {proc.pid} ") == 2, rec.stderr()
+        assert rec.count(rf"^{proc.pid}: trace in ") == 1, rec.stderr()
+        events = assert_equals_reference_tail(refs["raises-tail"], path)
+        assert events[0]["tracer"]["recorder"]["attached"] == "exec", events[0]["tracer"]
+        assert events[0]["tracer"]["pid"] == proc.pid
+
+    def test_exec_out_of_python(self, rec):
+        """A traced Python calls a module, then execs a shell that exits 3: no file (the
+        Python's trace ended at the exec, a good end), the shell is not left stopped and
+        ends with its own status."""
+        go = self.go(rec, "exec-out")
+        proc = subprocess.Popen([HOST_PYTHON, "-c", CALL_THEN_EXEC, go, "/bin/sh", "-c",
+                                 "sleep 0.5; exit 3"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=clean_env())
+        try:
+            rec.wait_attached(proc.pid, proc)
+            open(go, "w").close()
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 3, err[-2000:]
+        rec.wait_for(rf"^evmbpf: {proc.pid} exec'd another program")
+        time.sleep(2)  # what should not be written has had time to be
+        assert not [f for f in files_of(rec.dir) if pid_of_file(f) == proc.pid], \
+            sorted(files_of(rec.dir))
+
+    def forked(self, rec, name, **env):
+        """record_fork.py: the parent attached before it is let go; it calls a module,
+        forks a child that runs the work env names, and exits 0. (parent, child, rc)."""
+        go = self.go(rec, name)
+        proc = started(workload(str(rec.wanted / "record_fork.py"), "--wait-for", go,
+                                env=clean_env(**env)))
+        try:
+            rec.wait_attached(proc.pid, proc)
+            open(go, "w").close()
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 0, err[-2000:]
+        child, rc = re.search(r"^child (\d+) (-?\d+)$", out, re.M).groups()
+        return proc.pid, int(child), int(rc)
+
+    def test_fork_child_raises(self, rec, refs):
+        """A fork without exec whose child raises inside a module (fault_model.py, forward
+        4): the child has its own file under its own pid, the reference's --tail 50 trace
+        of that work in a process of its own, attached at the fork; the parent, which
+        called modules too and exits 0, has none."""
+        parent, child, rc = self.forked(rec, "fork-raise", RECORD_FORK_OF=FAULT_MODEL,
+                                        FAULT_FORWARDS=6, FAULT_DIE="raise")
+        assert rc == 1
+        path = os.path.join(rec.dir, f"evmbpf-{child}.jsonl")
+        settled(path)
+        rec.wait_for(rf"^evmbpf: {parent} ended \(exit status 0\): no trace needed")
+        assert not [f for f in files_of(rec.dir) if pid_of_file(f) == parent]
+        events = assert_equals_reference_tail(refs["raise-tail"], path)
+        error = next(e for e in events if e["event"] == "error")
+        assert error["exc_type"] == "RuntimeError" and error["module"] == "blocks.1.inner"
+        assert recorded_why(path) == "exit status 1"
+        assert rec.count(rf"^evmbpf: tracing {child}, forked by {parent}$") == 1, rec.stderr()
+
+    def test_fork_child_exits_3(self, rec, refs):
+        """A fork without exec whose child runs record_any.py's forwards, then sys.exit(3)
+        outside every module: the child's file holds the last 50 events of that work, its
+        closing mark says exit status 3; the parent (exit 0) has none."""
+        parent, child, rc = self.forked(rec, "fork-exit", RECORD_FORK_OF=RECORD_ANY,
+                                        RECORD_END="sysexit")
+        assert rc == 3
+        path = os.path.join(rec.dir, f"evmbpf-{child}.jsonl")
+        settled(path)
+        rec.wait_for(rf"^evmbpf: {parent} ended \(exit status 0\): no trace needed")
+        assert not [f for f in files_of(rec.dir) if pid_of_file(f) == parent]
+        errors = [e for e in load(path) if e["event"] == "error"]
+        assert len(errors) <= 1, errors
+        ending = [{"event": "error", "exc_type": errors[0]["exc_type"]}] if errors else []
+        assert_tail(tail_of(load(refs["any"]), ending), path)
+        assert recorded_why(path) == "exit status 3"
+        assert rec.count(rf"^evmbpf: tracing {child}, forked by {parent}$") == 1, rec.stderr()
 
 
 # ---------------------------------------------------------------- one object a Python build

@@ -34,13 +34,40 @@ static __always_inline int attr_want(__u32 which, __u64 *lo, __u64 *hi, __u32 *l
 	return -1;
 }
 
+/* Where a name was found in a keys object, kept across records (per CPU, direct-mapped
+ * by the keys object's address and the name): a hint of where to look first, never an
+ * answer. The key at that index is read and compared as the scan compares each key; a
+ * match there is the scan's answer, since a keys object of only str keys (3.11+'s
+ * unicode and split kinds, to which hints are kept: no str subclass among them) holds one
+ * entry per key text. Anything else (another keys object at that address since, the
+ * name elsewhere or gone) sends the scan the old way. Saves reading the keys before it
+ * (one read each). */
+#define ATTR_HINTS 64
+
+struct attr_hint {
+	__u64 keys;  /* PS_KEY(ps, keys object), 0: empty */
+	__u64 lo;    /* the name (attr_want's packing) */
+	__u64 hi;
+	__u32 len;
+	__u32 index;
+};
+
 /* A keys object read in one piece, per CPU (too big for the BPF stack). */
 struct attr_block {
 	__u8 b[WIN_BYTES + 16]; /* a keys object's first bytes */
 	__u64 h[8];             /* a key's header and first data */
 	__u64 kv[2];
 	__u64 want[3];          /* the name: lo, hi, len */
+	__u64 hkey;             /* the keys object's hint key, and its slot (few live values */
+	__u32 hslot;            /* through the scan: the BPF stack is shared by the walk's frames) */
+	__u32 pad;
+	struct attr_hint hint[ATTR_HINTS];
 };
+
+static __always_inline __u32 attr_hint_slot(__u64 keys, __u64 lo)
+{
+	return ((keys >> 4) ^ (keys >> 12) ^ lo ^ (lo >> 19)) & (ATTR_HINTS - 1);
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -98,6 +125,16 @@ static __always_inline __u64 keys_find(__u64 keys, __u64 lo, __u64 hi, __u32 len
 	__u64 entries;
 	__u32 zero = 0, eo = 0;
 	struct attr_block *ab = bpf_map_lookup_elem(&attr_block_map, &zero);
+	if (!ab)
+		return 0;
+	/* few live values through the loop (the BPF stack is shared by the walk's frames):
+	 * the name, the hint's key and slot, the entry's key address and its offset in the
+	 * block (past it: read) */
+	ab->want[0] = lo;
+	ab->want[1] = hi;
+	ab->want[2] = len;
+	ab->hkey = PS_KEY(ps_cur(), keys);
+	ab->hslot = attr_hint_slot(keys, lo);
 	/* 3.11+: the keys object's header, indices and first entries in one read */
 	int whole = ab && !pyo.dk_size && pyo.dk_nentries == 24 && pyo.dk_log2_index_bytes < 24 &&
 		    pyo.dk_kind < 24 && !bpf_probe_read_user(ab->b, WIN_BYTES, (void *)keys);
@@ -129,14 +166,26 @@ static __always_inline __u64 keys_find(__u64 keys, __u64 lo, __u64 hi, __u32 len
 	} else {
 		return 0;
 	}
-	if (!ab)
-		return 0;
-	/* few live values through the loop (the BPF stack is shared by the walk's frames):
-	 * the entry's key address and its offset in the block (past it: read) */
-	ab->want[0] = lo;
-	ab->want[1] = hi;
-	ab->want[2] = len;
 	__u32 esize = esize8;
+	struct attr_hint *ah = &ab->hint[ab->hslot & (ATTR_HINTS - 1)];
+	if (!koff8 && ah->keys == ab->hkey && ah->lo == ab->want[0] &&
+	    ah->hi == ab->want[1] && ah->len == ab->want[2] && ah->index < nentries &&
+	    ah->index < ATTR_SCAN) {
+		__u32 hi_ = ah->index;
+		__u64 *kv = ab->kv;
+		__u32 at = whole ? eo + koff8 + hi_ * esize : 0x10000;
+		if (at <= WIN_BYTES - 16 && !(at & 7)) {
+			asm volatile("" : "+r"(at));
+			at &= 0xf8;
+			kv[0] = *(__u64 *)&ab->b[at];
+			kv[1] = *(__u64 *)&ab->b[at + 8];
+		} else if (bpf_probe_read_user(kv, 16, (void *)(entries + koff8 + (__u64)hi_ * esize))) {
+			kv[0] = 0;
+		}
+		if (kv[0] && key_matches(kv[0], ab->want[0], ab->want[1], ab->want[2], ab->h))
+			return ((__u64)(ab->hint[ab->hslot & (ATTR_HINTS - 1)].index + 1) << 56) |
+			       (ab->kv[1] & KEYS_VALUE_MASK);
+	}
 	__u64 cur = entries + koff8;
 	__u32 bo = whole ? eo + koff8 : 0x10000;
 	for (__u32 i = 0; i < ATTR_SCAN; i++, cur += esize, bo += esize) {
@@ -152,8 +201,17 @@ static __always_inline __u64 keys_find(__u64 keys, __u64 lo, __u64 hi, __u32 len
 		} else if (bpf_probe_read_user(kv, 16, (void *)cur)) {
 			return 0;
 		}
-		if (kv[0] && key_matches(kv[0], ab->want[0], ab->want[1], ab->want[2], ab->h))
+		if (kv[0] && key_matches(kv[0], ab->want[0], ab->want[1], ab->want[2], ab->h)) {
+			if (!koff8) {
+				struct attr_hint *ah = &ab->hint[ab->hslot & (ATTR_HINTS - 1)];
+				ah->keys = ab->hkey;
+				ah->lo = ab->want[0];
+				ah->hi = ab->want[1];
+				ah->len = ab->want[2];
+				ah->index = i;
+			}
 			return ((__u64)(i + 1) << 56) | (kv[1] & KEYS_VALUE_MASK);
+		}
 	}
 	return 0;
 }
@@ -169,22 +227,20 @@ static __always_inline __s32 key_index(__u64 keys, __u64 lo, __u64 hi, __u32 len
 
 /* Global (split.bpf.h): verified once for any name, not once for each of get_attr's
  * names and dict layouts. */
-__noinline __s32 key_find(__u64 keys, __u64 lo, __u64 hi, __u32 len, __u64 *value)
+__noinline __u64 key_find(__u64 keys, __u64 lo, __u64 hi, __u32 len)
 {
-	if (!value)
-		return -1;
-	return key_index(keys, lo, hi, len, value);
+	return keys_find(keys, lo, hi, len); /* packed: no pointer kept through the scan */
 }
 
 /* Scan a keys object's entries for the name; the value from `values` (split: values[i])
  * or from the entry itself (combined). */
 static __always_inline __u64 scan_keys(__u64 keys, __u64 values, __u64 lo, __u64 hi, __u32 len)
 {
-	__u64 value = 0;
-	__s32 i = key_find(keys, lo, hi, len, &value);
+	__u64 r = key_find(keys, lo, hi, len);
+	__s32 i = r ? (__s32)(r >> 56) - 1 : -1;
 	if (i < 0 || i >= ATTR_SCAN)
 		return 0;
-	return values ? rd64(values + pyo.dictvalues_values + i * 8) : value;
+	return values ? rd64(values + pyo.dictvalues_values + i * 8) : r & KEYS_VALUE_MASK;
 }
 
 /* Where the name sits in a keys object's entries (the index scan_keys would take the

@@ -53,6 +53,84 @@ static __always_inline __u64 unref(__u64 v)
 	return v & ~(__u64)(pyo.stackref_tag_mask | 0);
 }
 
+/* The head of the frame the walk is at: its code object, the frame below it and (3.11+)
+ * its first local, in one read where the three are apart by at most FHEAD_BYTES (a
+ * _PyInterpreterFrame's first 80-88 bytes; 3.9/3.10's PyFrameObject: f_back and f_code
+ * alone, its locals lie further). Per CPU; filled by the walk and emptied when
+ * check_bound begins and ends, so no program run sees another's (the frame is keyed by
+ * the process's tag too). A word outside it, or a head whose read failed, is read on
+ * its own as before. */
+#define FHEAD_BYTES 128
+
+struct fhead {
+	__u64 key;  /* PS_KEY(ps, frame), 0: empty */
+	__u32 lo;   /* the span's first offset in the frame */
+	__u32 len;
+	__u8 b[FHEAD_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct fhead);
+} fhead_map SEC(".maps");
+
+const volatile __u32 fhead_zero = 0; /* the key: no stack (the walk's chain is at 512 bytes) */
+
+static __always_inline struct fhead *fhead_get(void)
+{
+	return bpf_map_lookup_elem(&fhead_map, (void *)&fhead_zero);
+}
+
+static __always_inline void fhead_clear(void)
+{
+	struct fhead *h = fhead_get();
+	if (h)
+		h->key = 0;
+}
+
+/* Read the head of frame (once: a head already read in this walk is kept). A global
+ * function: its locals stay off the frames of check_bound and bound_step, which share
+ * the 512-byte stack of the walk's chain. */
+__noinline int fhead_fill(__u64 frame)
+{
+	__u32 code_at = pyo.version < 311 ? pyo.frameobj_code : pyo.iframe_code;
+	struct fhead *h = fhead_get();
+	if (!h || !frame)
+		return 0;
+	__u64 key = PS_KEY(ps_cur(), frame);
+	if (h->key == key)
+		return 0;
+	h->key = 0;
+	__u32 lo = code_at < pyo.frame_back ? code_at : pyo.frame_back;
+	__u32 hi = (code_at > pyo.frame_back ? code_at : pyo.frame_back) + 8;
+	if (pyo.version >= 311 && pyo.iframe_localsplus + 8 > hi &&
+	    pyo.iframe_localsplus + 8 - lo <= FHEAD_BYTES)
+		hi = pyo.iframe_localsplus + 8;
+	__u32 len = hi - lo;
+	asm volatile("" : "+r"(len));
+	if (len < 8 || len > FHEAD_BYTES)
+		return 0;
+	len &= 2 * FHEAD_BYTES - 1;
+	if (bpf_probe_read_user(h->b, len, (void *)(frame + lo)))
+		return 0;
+	h->lo = lo;
+	h->len = len;
+	h->key = key;
+	return 0;
+}
+
+/* The word at frame + off: from the head when it holds it, else read. */
+static __always_inline __u64 frame_word(__u64 frame, __u32 off)
+{
+	struct fhead *h = fhead_get();
+	if (h && frame && h->key == PS_KEY(ps_cur(), frame) && off >= h->lo &&
+	    !((off - h->lo) & 7) && off - h->lo + 8 <= h->len && h->len <= FHEAD_BYTES)
+		return *(__u64 *)&h->b[(off - h->lo) & (FHEAD_BYTES - 8)];
+	return rd64(frame + off);
+}
+
 /* Is this code object Module.__call__'s (torch 1.x _call_impl, 2.x _wrapped_call_impl
  * around _call_impl)? Judged by co_name once per code object. */
 __noinline int is_call_code(__u64 code)
@@ -77,7 +155,7 @@ __noinline int is_call_code(__u64 code)
  * once. */
 __noinline __u64 frame_module(__u64 frame)
 {
-	__u64 self = unref(rd64(frame + pyo.iframe_localsplus));
+	__u64 self = unref(frame_word(frame, pyo.iframe_localsplus));
 	if (self && classify_type(rd64(self + 8)) != T_MODULE) {
 		self = rd64(self + 16);
 		if (!self || classify_type(rd64(self + 8)) != T_MODULE)
@@ -114,7 +192,8 @@ static long bound_step(__u64 index, void *ctx)
 	__u64 frame = w->frame;
 	if (!frame)
 		return 1;
-	if (is_call_code(unref(rd64(frame + w->code_at)))) {
+	fhead_fill(frame);
+	if (is_call_code(unref(frame_word(frame, w->code_at)))) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 		if (st)
@@ -139,7 +218,7 @@ static long bound_step(__u64 index, void *ctx)
 			w->gouter = frame;
 		}
 	}
-	w->frame = rd64(frame + pyo.frame_back);
+	w->frame = frame_word(frame, pyo.frame_back);
 	w->steps++;
 	return 0;
 }
@@ -480,9 +559,8 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * found it), 1: its args and kwargs (in bound_threads) go ahead of the call's own. The
  * walk starts at frame (0: the thread's innermost). Reaching the parent right above the
  * first frame or one further, that frame is kept in the parent's open call: the next
- * child called from a frame above it needs no walk. A global function: the verifier
- * checks it once, not inside each caller's paths. */
-__noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
+ * child called from a frame above it needs no walk. */
+static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 {
 	struct proc_state *ps = ps_cur();
 	if (!ps->cfg.runtime)
@@ -490,14 +568,14 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 	if (parent && !sp)
 		return 0; /* called from a C stack depth a walk cleared */
 	__u64 frame = bound_frame();
-	if (!frame || (known && rd64(frame + pyo.frame_back) == known))
+	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
+	__u32 code_at = old ? pyo.frameobj_code : pyo.iframe_code;
+	fhead_fill(frame); /* the walk's first step reads it again from there */
+	if (!frame || (known && frame_word(frame, pyo.frame_back) == known))
 		return 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
-	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
-	struct bound_walk w = { .frame = frame,
-				.code_at = old ? pyo.frameobj_code : pyo.iframe_code,
-				.parent = parent };
+	struct bound_walk w = { .frame = frame, .code_at = code_at, .parent = parent };
 	bpf_loop(BOUND_WALK_MAX, bound_step, &w, 0);
 	if (parent && w.stop != WALK_PARENT && w.stop != WALK_OPEN)
 		return 0; /* the parent's frame not found: nothing is said of what is between */
@@ -513,7 +591,7 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 								     bpf_get_current_task_btf(), 0, 0);
 			if (cs && cs->n && cs->n <= CALLS_MAX) {
 				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known =
-					rd64(frame + pyo.frame_back);
+					frame_word(frame, pyo.frame_back);
 				if (pyo.version <= 312)
 					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
 			}
@@ -522,7 +600,7 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 			__u8 owner = 0;
 			if (w.steps == 2 && pyo.version == 312)
 				bpf_probe_read_user(&owner, 1,
-						    (void *)(rd64(frame + pyo.frame_back) +
+						    (void *)(frame_word(frame, pyo.frame_back) +
 							     pyo.iframe_owner));
 			if ((w.steps == 1 || owner == FRAME_OWNED_BY_CSTACK) &&
 			    pyo.version <= 312 && psp > sp)
@@ -556,6 +634,16 @@ __noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
 		return found;
 	st->outer = 0;
 	return found ? 2 : 0;
+}
+
+/* check_bound_walk with the frame head emptied around it. A global function: the
+ * verifier checks it once, not inside each caller's paths. */
+__noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
+{
+	fhead_clear();
+	int found = check_bound_walk(parent, known, sp, psp);
+	fhead_clear();
+	return found;
 }
 
 /* The tail call to bound_outer failed: the outer call opened is not traced, nor the

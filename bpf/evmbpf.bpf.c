@@ -111,14 +111,18 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	struct proc_state *ps = ps_enter();
 	if (!ps)
 		return 0;
+	readcount_what_now(RC_W_SELF);
 	__u64 type = rd64((__u64)self + 8);
+	readcount_what_now(0);
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
 	__u64 sp = PT_REGS_SP(ctx);
 	check_orphans();
 	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
 	struct bound_thread *bound = NULL;
+	readcount_what_now(RC_W_BOUND);
 	int found = ps->orphans_pending ? 0 : bound_check(open, sp);
+	readcount_what_now(0);
 	if (found == 2) {
 		bpf_tail_call(ctx, &bound_progs, 0);
 		bound_outer_failed();

@@ -42,7 +42,7 @@ static __always_inline __s64 tensor_numel(__u64 obj, __s64 *dim_m2)
  *  - the layers list's item pointers, read 16 at a time;
  *  - for the layers' type (3.13+ inline values), where `keys` and `values` sit in its
  *    shared keys (attr_slot, scanned once per record and type, never kept across
- *    records), so that one read of a layer gives its type, its dict pointer, whether its
+ *    records; the scan itself takes attrs.bpf.h's checked hints), so that one read of a layer gives its type, its dict pointer, whether its
  *    inline values are valid and both tensors; anything else (a materialized __dict__,
  *    another type, a read that fails) takes get_attr, which answers the same;
  *  - per tensor, one read for its type and TensorImpl pointer, one for the impl's back

@@ -34,7 +34,7 @@ __u64 reads_seen;
  * outer one in rc_what_outer). Globals, not the stack: call_enter's deepest chain of
  * frames is at the verifier's 512 bytes. */
 enum { RC_W_SITE, RC_W_CACHE, RC_W_TENSOR, RC_W_DICT, RC_W_SEQ, RC_W_STR, RC_W_INT,
-       RC_W_TYPE, RC_W_SEQ_ITEMS, RC_W_DICT_ITEMS, RC_W_LOST = 14, RC_W_BASELINE = 15 };
+       RC_W_TYPE, RC_W_SEQ_ITEMS, RC_W_DICT_ITEMS, RC_W_BOUND, RC_W_SELF, RC_W_LOST = 14, RC_W_BASELINE = 15 };
 __u64 rc_what, rc_what_outer;
 #define readcount_what_now(x) (rc_what = (x))
 #define readcount_what_type() (rc_what_outer = rc_what, rc_what = RC_W_TYPE)

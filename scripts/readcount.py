@@ -56,7 +56,8 @@ def type_name(pid, addr, tp_name_off=24):
 
 WHAT = {1: "KV cache walk", 2: "tensor (TensorImpl, sizes)", 3: "dict (header, keys)",
         4: "tuple/list (header)", 5: "str", 6: "int", 7: "type lookup (uncached)",
-        8: "tuple/list items (windows)", 9: "dict entries (windows)"}
+        8: "tuple/list items (windows)", 9: "dict entries (windows)",
+        10: "bound-call check (frames)", 11: "self's type (the probe)"}
 W_LOST, W_BASELINE = 14, 15
 BY_FILE = {"describe.bpf.h": "object head (type + fields)",
            "bound.bpf.h": "bound-call check (frames)",

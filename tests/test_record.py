@@ -14,6 +14,7 @@ a fork without exec (the child raises, or exits 3), an exec into another Python 
 out of Python, and a late import of torch, each process attached before it is let go.
 Two processes one after the other share one BPF object, verified once.
 EVMBPF_FULL_MATRIX=1 adds --max-memory and 130 processes at once (two objects)."""
+import errno
 import json
 import os
 import re
@@ -684,6 +685,52 @@ def test_max_memory_bounds_the_tail(evmbpf, refs, tmp_path):
     assert_tail(tail_of(prefix, [death(frames, "exit"), *unwound(frames, "process exited")],
                         n=kept), path)
     assert str(proc.pid) in rec.stderr(), rec.stderr()
+
+
+def fill(path):
+    """Write zeros into path until its filesystem is full (ENOSPC)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+    finally:
+        os.close(fd)
+
+
+def test_full_disk_keeps_the_tail(evmbpf, refs, tmp_path):
+    """--dir on a full filesystem (a 256 KiB tmpfs, filled): a process that raises leaves
+    no file while the disk is full, and the recorder says that its tail is kept; once
+    there is room the file is written, and it is the reference's --tail 50 trace of the
+    same run, as it would have been with room at once."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "evmbpf-full", str(small)],
+                   check=True)
+    try:
+        traces = small / "traces"
+        traces.mkdir()
+        fill(small / "filler")
+        rec = Recorder(traces, pidfile=tmp_path / "pid")
+        try:
+            proc = workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
+            proc.communicate(timeout=300)
+            path = traces / f"evmbpf-{proc.pid}.jsonl"
+            rec.wait_for(rf"^{proc.pid}: its trace \(exit status 1\) is kept in memory")
+            assert not path.exists(), "a partial file was left"
+            assert f"cannot write {path}: No space left on device" in rec.stderr()
+            os.unlink(small / "filler")
+            rec.wait_for(rf"^{proc.pid}: trace in {re.escape(str(path))} \(exit status 1\), "
+                         r"written once there was room")
+            settled(str(path))
+        finally:
+            rc = rec.stop()
+        assert rc == 0, rec.stderr()
+        assert_equals_reference_tail(refs["raise-tail"], str(path))
+        assert recorded_why(str(path)) == "exit status 1"
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 # ---------------------------------------------------------------- refused input

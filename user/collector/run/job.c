@@ -42,6 +42,8 @@
 #define LOOKS_MAX 256
 /* evmbpf record: how long after its exec a process is looked at (its libraries mapped) */
 #define LOOK_AFTER_NS (100ull * 1000000ull)
+/* evmbpf record: how often a trace kept by a full disk is tried again */
+#define KEPT_RETRY_NS (2000ull * 1000000ull)
 
 struct proc {
 	struct session s;
@@ -51,6 +53,8 @@ struct proc {
 	struct tracer_opts opts;   /* evmbpf record: the job's, with this trace's own */
 	char rank[16];
 	int flushes;               /* evmbpf record: live tails written on request */
+	int kept;                  /* evmbpf record: its trace waits for room on the disk */
+	char how[160];             /* evmbpf record: how it ended, for the kept trace's line */
 };
 
 struct job {
@@ -94,7 +98,7 @@ static void proc_abandon(struct proc *p)
 static int free_slot(struct job *j)
 {
 	for (int i = 0; i < j->n; i++)
-		if (!j->procs[i]->live) {
+		if (!j->procs[i]->live && !j->procs[i]->kept) {
 			free(j->procs[i]);
 			j->procs[i] = j->procs[--j->n];
 			return 1;
@@ -200,6 +204,12 @@ static void proc_end(struct proc *p)
 	} else if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
 		unlink(p->out); /* a worker, or a program that exec'd, that called no module */
 		debugx("%d called no module: no trace", p->s.target.pid);
+	} else if (rc == TRACE_KEPT) {
+		p->kept = 1;
+		snprintf(p->how, sizeof(p->how), "%s", how);
+		fprintf(stderr, "%d: its trace (%s) is kept in memory, %zu bytes, and written to %s "
+			"once there is room\n", p->s.target.pid, how[0] ? how : "-",
+			trace_tail_bytes(&p->s.trace), p->out);
 	} else if (!rc && how[0]) {
 		fprintf(stderr, "%d: trace in %s (%s)\n", p->s.target.pid, p->out, how);
 	} else if (!rc) {
@@ -542,11 +552,16 @@ static void node_bound(struct job *j)
 		return;
 	j->bound_ns = now;
 	int live = 0;
-	for (int i = 0; i < j->n; i++)
+	uint64_t kept = 0; /* the tails a full disk kept take their part first */
+	for (int i = 0; i < j->n; i++) {
 		live += j->procs[i]->live;
+		if (j->procs[i]->kept)
+			kept += trace_tail_bytes(&j->procs[i]->s.trace);
+	}
 	if (!live)
 		return;
-	size_t share = (size_t)(j->opts->record.max_memory / (uint64_t)live);
+	uint64_t max = j->opts->record.max_memory;
+	size_t share = (size_t)((max > 2 * kept ? max - kept : max / 2) / (uint64_t)live);
 	for (int i = 0; i < j->n; i++) {
 		struct proc *p = j->procs[i];
 		if (p->live && trace_tail_bound(&p->s.trace, share))
@@ -556,16 +571,43 @@ static void node_bound(struct job *j)
 	}
 }
 
+/* The traces a full disk kept: tried again every few seconds; `last`: the recorder
+ * stops, what still cannot be written is lost (said). */
+static void node_write_kept(struct job *j, int last)
+{
+	static uint64_t tried_ns;
+	uint64_t now = mono_ns();
+	if (!last && now - tried_ns < KEPT_RETRY_NS)
+		return;
+	tried_ns = now;
+	for (int i = 0; i < j->n; i++) {
+		struct proc *p = j->procs[i];
+		if (!p->kept)
+			continue;
+		int rc = session_write_kept(&p->s);
+		if (rc == TRACE_KEPT && !last)
+			continue;
+		p->kept = 0;
+		if (!rc)
+			fprintf(stderr, "%d: trace in %s (%s), written once there was room\n",
+				p->s.target.pid, p->out, p->how[0] ? p->how : "-");
+		else if (rc == TRACE_KEPT)
+			warnx_("%d: its trace is lost: %s still cannot be written (the disk is full)",
+			       p->s.target.pid, p->out), session_drop_kept(&p->s);
+	}
+}
+
 static void node_step(struct job *j)
 {
 	/* the recorder runs for ever: what an ended process left goes now */
 	for (int i = 0; i < j->n;)
-		if (!j->procs[i]->live) {
+		if (!j->procs[i]->live && !j->procs[i]->kept) {
 			free(j->procs[i]);
 			j->procs[i] = j->procs[--j->n];
 		} else {
 			i++;
 		}
+	node_write_kept(j, 0);
 	node_looks(j);
 	pid_t asked = record_flush_asked();
 	if (asked)
@@ -726,6 +768,8 @@ int run_job(const struct tracer_opts *opts)
 		detached += j.procs[i]->live;
 		proc_end(j.procs[i]);
 	}
+	if (j.node)
+		node_write_kept(&j, 1);
 	if (stop_signal && detached)
 		fprintf(stderr, "detached from %d process%s; they run on\n", detached,
 			detached > 1 ? "es" : "");

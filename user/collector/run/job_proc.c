@@ -1,0 +1,182 @@
+/* One process of a job (job.c): its session started with its own trace options and
+ * file, and ended (evmbpf record: a trace only for an end that needs one). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "follow.h"
+#include "follow.skel.h"
+#include "job_state.h"
+#include "numeric_session.h"
+#include "outpattern.h"
+#include "record.h"
+#include "session.h"
+#include "util.h"
+#include "watchdog.h"
+
+void proc_abandon(struct proc *p)
+{
+	session_abandon(&p->s);
+	free(p);
+}
+
+/* The slot of a process that has ended, for a new one (evmbpf record runs for ever). */
+static int free_slot(struct job *j)
+{
+	for (int i = 0; i < j->n; i++)
+		if (!j->procs[i]->live && !j->procs[i]->kept) {
+			free(j->procs[i]);
+			j->procs[i] = j->procs[--j->n];
+			return 1;
+		}
+	return 0;
+}
+
+/* Inspect, open its trace, load and attach; the process stands stopped or is continued
+ * by the caller. NULL when it cannot be traced (said in one line). `recorded`: evmbpf
+ * record's word for when it attached ("running", "exec", "fork"). */
+struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded)
+{
+	j->full = j->n == JOB_MAX && !free_slot(j);
+	if (j->full) {
+		/* said once, when the room runs out, and how many went untraced once it is back */
+		if (!j->untraced++)
+			warnx_("more than %d processes at once: %d is not traced, nor any other "
+			       "until one ends", JOB_MAX, pid);
+		else
+			debugx("more than %d processes at once: %d is not traced", JOB_MAX, pid);
+		return NULL;
+	}
+	if (j->untraced) {
+		warnx_("%d process%s not traced while %d were", j->untraced,
+		       j->untraced == 1 ? " was" : "es were", JOB_MAX);
+		j->untraced = 0;
+	}
+	struct proc *p = xcalloc(1, sizeof(*p));
+	p->s.opts = j->opts;
+	p->s.target.root_fd = -1;
+	p->forked = forked;
+	int ppid;
+	proc_identity(pid, &ppid, p->rank);
+	if (j->node) {
+		/* its own trace options: the file made only when it is written */
+		p->opts = *j->opts;
+		p->opts.trace.deferred_file = 1;
+		p->opts.trace.recorded = recorded;
+		p->s.opts = &p->opts;
+		if (record_path(&j->opts->record, pid, p->rank, "", p->out, sizeof(p->out))) {
+			free(p);
+			return NULL;
+		}
+	} else {
+		out_expand(j->opts->out ? j->opts->out : "-", pid, p->rank, p->out, sizeof(p->out));
+	}
+	p->s.out = p->out;
+	if (session_prepare(&p->s, pid)) {
+		proc_abandon(p);
+		return NULL;
+	}
+	if (p->s.rb) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(p->s.rb), &ev);
+	}
+	/* a summary line a process at its end; no live line (several would fight over it) */
+	status_start(&p->s.status, j->opts->quiet || j->node, p->out);
+	p->s.status.live = 0;
+	p->live = 1;
+	j->procs[j->n++] = p;
+	j->traced++;
+	if (j->fskel) {
+		uint32_t v = FOLLOWED | FOLLOWED_PYTHON, key = (uint32_t)pid;
+		bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
+				     BPF_ANY);
+	}
+	return p;
+}
+
+/* evmbpf record: how a process ended, for its line on stderr */
+static void end_words(const struct session *s, char *out, size_t cap)
+{
+	int code = s->exit_code;
+	if (s->trace.nonfinite)
+		snprintf(out, cap, "a non-finite output in %s", s->trace.nonfinite);
+	else if (!s->ended || code < 0)
+		snprintf(out, cap, "still running");
+	else if ((code & 0x7f) && (code & 0x7f) != 0x7f)
+		snprintf(out, cap, "killed by signal %d%s", code & 0x7f,
+			 s->trace.oom_killed ? ", the OOM killer's choice" : "");
+	else
+		snprintf(out, cap, "exit status %d", (code >> 8) & 0xff);
+}
+
+void proc_end(struct proc *p)
+{
+	if (!p->live)
+		return;
+	p->live = 0;
+	int called = p->s.trace.call_id > 0;
+	char how[160] = "";
+	if (p->opts.trace.recorded) {
+		/* evmbpf record: a trace only for an end that needs one */
+		p->s.discard = !record_keep(&p->opts.record, p->s.ended, p->s.exit_code,
+					    p->s.trace.nonfinite != NULL, called);
+		end_words(&p->s, how, sizeof(how));
+		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
+	}
+	int rc = session_finish(&p->s);
+	watchdog_forget(p->s.target.pid);
+	if (p->s.discard) {
+		debugx("%d ended (%s): no trace needed", p->s.target.pid, how[0] ? how : "-");
+	} else if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
+		unlink(p->out); /* a worker, or a program that exec'd, that called no module */
+		debugx("%d called no module: no trace", p->s.target.pid);
+	} else if (rc == TRACE_KEPT) {
+		p->kept = 1;
+		snprintf(p->how, sizeof(p->how), "%s", how);
+		fprintf(stderr, "%d: its trace (%s) is kept in memory, %zu bytes, and written to %s "
+			"once there is room\n", p->s.target.pid, how[0] ? how : "-",
+			trace_tail_bytes(&p->s.trace), p->out);
+	} else if (!rc && how[0]) {
+		fprintf(stderr, "%d: trace in %s (%s)\n", p->s.target.pid, p->out, how);
+	} else if (!rc) {
+		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	}
+	if (p->s.execed)
+		debugx("%d exec'd another program: its trace ends there", p->s.target.pid);
+}
+
+/* --numeric: the process's threads held at its probes (hold.c keeps each process's
+ * apart); 0, or -1 with the reason said, and the process is then not traced. */
+int proc_numeric(struct job *j, struct proc *p)
+{
+	if (!j->opts->trace.numeric || !session_numeric_start(&p->s))
+		return 0;
+	p->live = 0;
+	session_finish(&p->s);
+	if (strcmp(p->out, "-"))
+		unlink(p->out);
+	j->failed = 1;
+	return -1;
+}
+
+/* --stop-on-nonfinite: this process's trace ends at its culprit, the process stopped */
+void proc_nonfinite(struct job *j, struct proc *p)
+{
+	p->live = 0;
+	if (j->node)
+		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why),
+			 "a non-finite output in %s", p->s.trace.nonfinite);
+	session_stop_nonfinite(&p->s, 0);
+	watchdog_forget(p->s.target.pid);
+	fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	j->nonfinite = 1;
+}
+
+struct proc *live_proc(struct job *j, pid_t pid)
+{
+	for (int i = 0; i < j->n; i++)
+		if (j->procs[i]->live && j->procs[i]->s.target.pid == pid)
+			return j->procs[i];
+	return NULL;
+}

@@ -1,0 +1,81 @@
+/* What job.c (several processes at once) and node.c (evmbpf record's side of it)
+ * share: a job's processes and its state. */
+#ifndef EVMBPF_JOB_STATE_H
+#define EVMBPF_JOB_STATE_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "session.h"
+
+struct bpf_link;
+struct follow_bpf;
+struct pyre;
+struct ring_buffer;
+
+#define JOB_MAX 256
+#define PENDING_MAX 64
+#define LOOKS_MAX 256
+/* evmbpf record: how long after its exec a process is looked at (its libraries mapped) */
+#define LOOK_AFTER_NS (100ull * 1000000ull)
+/* evmbpf record: how often a trace kept by a full disk is tried again */
+#define KEPT_RETRY_NS (2000ull * 1000000ull)
+
+struct proc {
+	struct session s;
+	char out[PATH_MAX];
+	int forked;  /* forked without exec: its trace is kept only if it called modules */
+	int live;
+	struct tracer_opts opts;   /* evmbpf record: the job's, with this trace's own */
+	char rank[16];
+	int flushes;               /* evmbpf record: live tails written on request */
+	int kept;                  /* evmbpf record: its trace waits for room on the disk */
+	char how[160];             /* evmbpf record: how it ended, for the kept trace's line */
+};
+
+struct job {
+	const struct tracer_opts *opts;
+	struct proc *procs[JOB_MAX];
+	int n, traced, failed;
+	int nonfinite;     /* --stop-on-nonfinite stopped one of them: exit status 3 */
+	int ep;
+	struct follow_bpf *fskel;
+	struct ring_buffer *frb;
+	struct bpf_link *flinks[4];
+	struct {
+		pid_t pid;
+		struct bpf_link *entry; /* its entry point's probe, between exec and entry */
+	} pending[PENDING_MAX];
+	pid_t child;       /* launch mode: the command */
+	int child_status, child_done;
+	/* evmbpf record: the node's execs, looked at LOOK_AFTER_NS later */
+	int node;
+	struct pyre *match;
+	struct {
+		pid_t pid;
+		uint64_t due_ns;
+		int tries;   /* looks put off: the process stood stopped */
+	} looks[LOOKS_MAX];
+	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
+	int full;           /* the last proc_start found no room */
+	int untraced;       /* processes not traced for want of room since the last said */
+};
+
+/* job_proc.c: one process */
+struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded);
+void proc_end(struct proc *p);
+void proc_abandon(struct proc *p);
+int proc_numeric(struct job *j, struct proc *p);
+void proc_nonfinite(struct job *j, struct proc *p);
+struct proc *live_proc(struct job *j, pid_t pid);
+/* job_follow.c: new processes, from bpf/follow.bpf.c */
+int follow_load(struct job *j);
+void follow_unload(struct job *j);
+int pending_slot(struct job *j, pid_t pid, int add);
+/* node.c: evmbpf record */
+void node_step(struct job *j);
+int node_start(struct job *j);
+void node_write_kept(struct job *j, int last);
+
+#endif

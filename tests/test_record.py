@@ -733,6 +733,38 @@ def test_full_disk_keeps_the_tail(evmbpf, refs, tmp_path):
         subprocess.run(["umount", "-l", str(small)], check=False)
 
 
+
+def test_a_pid_that_left_a_file(evmbpf, refs, tmp_path):
+    """A file of the process's pid is in the folder already, and its first flush's (an
+    earlier process of that pid: pids come round, and start afresh at a boot while
+    /var/log/evmbpf stays): its trace goes to evmbpf-PID.2.jsonl, the reference's --tail
+    50 trace; the earlier files are left as they were."""
+    go = str(tmp_path / "go")
+    proc = started(workload(RAISES, "--wait-for", go, "--wait-timeout", "300"))
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    earlier = [traces / f"evmbpf-{proc.pid}.jsonl", traces / f"evmbpf-{proc.pid}.flush-1.jsonl"]
+    for path in earlier:
+        path.write_text('{"event": "header"}\n')
+    try:
+        rec = Recorder(traces, pidfile=tmp_path / "pid")
+    except BaseException:
+        proc.kill()
+        raise
+    try:
+        rec.wait_attached(proc.pid)
+        open(go, "w").close()
+        proc.communicate(timeout=300)
+        path = traces / f"evmbpf-{proc.pid}.2.jsonl"
+        settled(str(path))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    assert_equals_reference_tail(refs["raises-tail"], str(path))
+    assert all(p.read_text() == '{"event": "header"}\n' for p in earlier)
+
 # ---------------------------------------------------------------- refused input
 
 def bad_inputs(tmp):

@@ -375,3 +375,18 @@ def test_keep_all_healthy_ends_listed_apart(tmp_path):
             f"  {job}/evmbpf-30-rank0.jsonl\n") in out, out
     assert "pid 32, rank -, flush 1, 9 events" in out
     assert list(sections(out)) == ["=== 1 of 1: pid 31, rank 1, job-5/"]
+
+
+def test_a_later_process_of_a_pid(tmp_path):
+    """evmbpf-PID.N.jsonl: a later process of a pid that had left a file (pids come round,
+    and start afresh at a boot while the folder stays). Traces whose tails lost their
+    headers, in one folder: the names alone say it is the recorder's, and give the pid
+    and rank, .N included."""
+    d = str(tmp_path / "n")
+    write_trace(os.path.join(d, "evmbpf-30.jsonl"), 30, ("KeyError", "'a'", T0))
+    write_trace(os.path.join(d, "evmbpf-30.2.jsonl"), 30, ("KeyError", "'b'", T0 + S))
+    write_trace(os.path.join(d, "evmbpf-31-rank2.3.jsonl"), 31, ("OSError", "x", T0 + 2 * S))
+    out = summarize(d)
+    assert out.startswith(f"{d}: 3 processes ended badly, first failure first:\n"), out
+    assert re.findall(r"^  \d\. .*?pid (\d+), rank (\S+?)  ", out, re.M) == [
+        ("30", "-"), ("30", "-"), ("31", "2")], out

@@ -2,7 +2,8 @@
  * (docs/record.md): what died on this node, first failure first.
  *
  * The recorder writes a trace only for a process that ended badly: DIR/evmbpf-PID.jsonl,
- * DIR/evmbpf-PID-rankR.jsonl, the ranks of one job in DIR/job-ID/; the live tails
+ * DIR/evmbpf-PID-rankR.jsonl (.N before .jsonl: a later process of that pid), the ranks
+ * of one job in DIR/job-ID/; the live tails
  * `--flush` asks for are *.flush-K.jsonl beside them (their processes ran on). Every
  * *.jsonl under DIR is read (folders at any depth, symbolic links to folders not
  * followed). The report:
@@ -112,7 +113,8 @@ static long long flush_of(const char *base)
 	return -1;
 }
 
-/* The recorder's names: evmbpf-PID[-rankR][.flush-K].jsonl. 1 and the pid and rank. */
+/* The recorder's names: evmbpf-PID[-rankR][.N][.flush-K].jsonl (.N: a later process of
+ * a pid that had left a file). 1 and the pid and rank. */
 static int recorder_name(const char *base, long long *pid, char *rank, size_t rank_size)
 {
 	const char *p = base;
@@ -132,6 +134,9 @@ static int recorder_name(const char *base, long long *pid, char *rank, size_t ra
 		rank[n] = '\0';
 		p = r + n;
 	}
+	const char *again = p;
+	if (*again == '.' && (again++, take_digits(&again, &k)))
+		p = again;
 	if (strncmp(p, ".flush-", 7) == 0) {
 		p += 7;
 		if (!take_digits(&p, &k))

@@ -65,7 +65,7 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 		p->opts.trace.deferred_file = 1;
 		p->opts.trace.recorded = recorded;
 		p->s.opts = &p->opts;
-		if (record_path(&j->opts->record, pid, p->rank, "", p->out, sizeof(p->out))) {
+		if (record_path(&j->opts->record, pid, p->rank, p->out, sizeof(p->out))) {
 			free(p);
 			return NULL;
 		}

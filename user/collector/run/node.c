@@ -86,9 +86,8 @@ static void node_flush(struct job *j, pid_t asked)
 		pid_t pid = p->s.target.pid;
 		if (!p->live || (asked > 0 && pid != asked))
 			continue;
-		char path[PATH_MAX], suffix[32];
-		snprintf(suffix, sizeof(suffix), ".flush-%d", p->flushes + 1);
-		if (record_path(&j->opts->record, pid, p->rank, suffix, path, sizeof(path)))
+		char path[PATH_MAX];
+		if (record_flush_path(p->out, p->flushes + 1, path, sizeof(path)))
 			continue;
 		session_step(&p->s, 0, 0); /* what the ring buffer holds first */
 		/* what each thread runs now, read while it runs on (as evmbpf dump does where it

@@ -144,10 +144,15 @@ static void job_id(pid_t pid, char *out, size_t cap)
 		out[0] = '_';
 }
 
-int record_path(const struct record_opts *o, pid_t pid, const char *rank, const char *suffix,
-		char *out, size_t cap)
+/* Is there a file of this name? */
+static int taken(const char *path)
 {
-	char dir[PATH_MAX], job[128];
+	return access(path, F_OK) == 0 || errno != ENOENT;
+}
+
+int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *out, size_t cap)
+{
+	char dir[PATH_MAX], job[128], base[PATH_MAX + 64];
 	job_id(pid, job, sizeof(job));
 	if (job[0]) {
 		snprintf(dir, sizeof(dir), "%s/job-%s", o->dir, job);
@@ -158,9 +163,33 @@ int record_path(const struct record_opts *o, pid_t pid, const char *rank, const 
 	} else {
 		snprintf(dir, sizeof(dir), "%s", o->dir);
 	}
-	int n = rank && rank[0]
-		? snprintf(out, cap, "%s/evmbpf-%d-rank%s%s.jsonl", dir, pid, rank, suffix)
-		: snprintf(out, cap, "%s/evmbpf-%d%s.jsonl", dir, pid, suffix);
+	if (rank && rank[0])
+		snprintf(base, sizeof(base), "%s/evmbpf-%d-rank%s", dir, pid, rank);
+	else
+		snprintf(base, sizeof(base), "%s/evmbpf-%d", dir, pid);
+	/* pids come round again (and start afresh at a boot, the folder kept): an earlier
+	 * process's file, or its first flush's, gives this one the next free .N */
+	for (int n = 1; n < 1000; n++) {
+		char again[16] = "", flush[PATH_MAX + 96];
+		if (n > 1)
+			snprintf(again, sizeof(again), ".%d", n);
+		int len = snprintf(out, cap, "%s%s.jsonl", base, again);
+		if (len < 0 || (size_t)len >= cap)
+			return -1;
+		snprintf(flush, sizeof(flush), "%s%s.flush-1.jsonl", base, again);
+		if (!taken(out) && !taken(flush))
+			return 0;
+	}
+	warnx_("%s: a thousand files of pid %d already: it is not recorded", dir, pid);
+	return -1;
+}
+
+int record_flush_path(const char *trace_path, int k, char *out, size_t cap)
+{
+	size_t len = strlen(trace_path);
+	if (len < 6 || strcmp(trace_path + len - 6, ".jsonl"))
+		return -1;
+	int n = snprintf(out, cap, "%.*s.flush-%d.jsonl", (int)(len - 6), trace_path, k);
 	return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 

@@ -20,11 +20,12 @@ int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t p
 /* The processes running now that record_wanted takes, evmbpf itself apart: how many
  * were put into pids. */
 int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max);
-/* Where a process's trace goes: DIR[/job-ID]/evmbpf-PID[-rankR]SUFFIX.jsonl, the job's
- * folder made (ID: the process's TORCHELASTIC_RUN_ID, else port-MASTER_PORT). 0, or -1
- * (said). */
-int record_path(const struct record_opts *o, pid_t pid, const char *rank, const char *suffix,
-		char *out, size_t cap);
+/* Where a process's trace goes: DIR[/job-ID]/evmbpf-PID[-rankR][.N].jsonl, the job's
+ * folder made (ID: the process's TORCHELASTIC_RUN_ID, else port-MASTER_PORT); .N (2,
+ * 3, ...) when an earlier process of that pid left a file there. 0, or -1 (said). */
+int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *out, size_t cap);
+/* Its live tail's K-th flush: the trace's path with .flush-K before .jsonl. 0, or -1. */
+int record_flush_path(const char *trace_path, int k, char *out, size_t cap);
 /* Does this end deserve a trace? `ended`: the process ended (else the recorder stopped
  * first); exit_code as wait(2) encodes it; `called`: it called a module. */
 int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,

@@ -74,6 +74,14 @@ static int on_follow(void *ctx, void *data, size_t size)
 	if (size < sizeof(*r))
 		return 0;
 	pid_t pid = (pid_t)r->hdr.pid;
+	if (j->unloading) {
+		/* evmbpf stops: a process the programs stopped before they went is let go */
+		if (r->hdr.kind == FOLLOW_STOPPED || (r->hdr.kind == FOLLOW_FORK && r->why)) {
+			debugx("%d, stopped as evmbpf stops: let go untraced", pid);
+			resume(pid);
+		}
+		return 0;
+	}
 	switch (r->hdr.kind) {
 	case FOLLOW_FORK:
 		debugx("%d forked %d%s", (int)r->hdr.tid, pid, r->why ? " (held for its probes)" : "");
@@ -194,6 +202,12 @@ void follow_unload(struct job *j)
 			pending_drop(j, pid);
 			resume(pid);
 		}
+	/* the programs are gone: a stop they made whose record is still in the ring (an
+	 * exec, a fork, an entry point just before) would otherwise stand for good */
+	if (j->frb) {
+		j->unloading = 1;
+		ring_buffer__consume(j->frb);
+	}
 	ring_buffer__free(j->frb);
 	if (j->fskel && j->fskel->bss->follow_dropped)
 		warnx_("warning: %llu record(s) of the job's forks, execs and exits were lost (the "

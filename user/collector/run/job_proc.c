@@ -10,6 +10,7 @@
 #include "job_state.h"
 #include "numeric_session.h"
 #include "outpattern.h"
+#include "procstate.h"
 #include "record.h"
 #include "session.h"
 #include "util.h"
@@ -91,6 +92,10 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 		uint32_t v = FOLLOWED | FOLLOWED_PYTHON, key = (uint32_t)pid;
 		bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
 				     BPF_ANY);
+		/* gone meanwhile: its exit was not followed, so its entry would outlive it, and
+		 * the next process given its pid would be stopped at its exec as if followed */
+		if (process_gone(pid))
+			bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
 	}
 	return p;
 }

@@ -42,6 +42,7 @@ struct job {
 	int ep;
 	struct follow_bpf *fskel;
 	struct ring_buffer *frb;
+	int unloading;     /* follow_unload: records left are stops to let go, nothing more */
 	struct bpf_link *flinks[4];
 	struct {
 		pid_t pid;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What `evmbpf record` costs, side by side with `--tail` tracing and no tracing (issue 25).
+"""What `evmbpf record` costs, side by side with `--tail` tracing and no tracing.
 
     sudo /usr/bin/python3 scripts/bench_record.py [--evmbpf BIN] [--workloads small,tiny]
          [--ks 1,4,16] [--big] [--repeat 3] [--tail N] [--soak S] [--no-main]
@@ -36,13 +36,19 @@ Per workload, mode and K, printed and stored:
   the forwards per iteration). Its RSS at the end of the window (VmRSS, VmHWM from
   /proc/PID/status: K tails full), and for the recorder its VmRSS after the K exited 0
   (their tails dropped). The recorder must write no file (every process exits 0).
+- The records the K lost (their ring buffers full: each process's "N records were dropped
+  in all" on the collector's stderr). The events per run are those the K made: where
+  records were dropped, the collector's CPU per event kept is higher than the figure.
 
 --soak S: a recorder runs S seconds while short-lived processes come and go (--soak-procs
 at a time, each importing torch, running a few forwards of a small model and exiting 0,
 or 1 for every third: those leave a trace) beside one long-lived process calling modules
 all along (its tail stays full); the recorder's RSS is sampled every --soak-interval
 seconds: first, at 10%, last and max (flat: bounded). 10 minutes is a human's run; the
-default is none.
+default is none. The recorder attaches to a process a moment after its exec while the
+process runs on, one at a time: a short-lived one may end first. Counted: the
+short-lived processes it attached to, the exit-1 ones among them, and those of them left
+without a file (want none).
 
 Results go to bench-results/bench-record-YYYYmmddTHHMMSSZ.json. Benchmarks are not
 tests: nothing here fails on a timing; a recorder that does not stop on SIGTERM, or that
@@ -123,6 +129,12 @@ def read(path):
             return f.read()
     except OSError:
         return ""
+
+
+def dropped_records(text):
+    """The records the collector's processes lost (their ring buffers full), from its
+    stderr: each process's "N records were dropped in all"."""
+    return sum(int(n) for n in re.findall(r"(\d+) records were dropped in all", text))
 
 
 def wait_until(pred, procs, timeout, what):
@@ -271,6 +283,7 @@ def run_one(wl, mode, k, tmp, opts):
             status, ru = wait_exit(tracer, 120 + 5 * k)
             res["collector_exit"] = status
             res["collector_maxrss_kb"] = ru.ru_maxrss
+            res["dropped_records"] = dropped_records(read(err))
             counts = re.findall(r"^evmbpf: (\d+) events\b.*?(\d+) forwards", read(err), re.M)
             res["tail_events"] = [int(e) for e, _ in counts]
             res["tail_forwards"] = [int(f) for _, f in counts]
@@ -279,6 +292,7 @@ def run_one(wl, mode, k, tmp, opts):
             res["recorder_rss_after_exit_kb"] = proc_mem_kb(rec.pid).get("VmRSS")
             res["record_files"] = [os.path.basename(f) for f in rec.files()]
             res.update(rec.stop())
+            res["dropped_records"] = dropped_records(read(rec.err))
             rec = None
     finally:
         for w in works:
@@ -347,6 +361,7 @@ def summarize(runs):
                         "collector_us_per_call": med(cpu_call_c),
                         "collector_vmrss_kb": med([r["collector_mem_kb"].get("VmRSS") for r in m]),
                         "collector_vmhwm_kb": max((r["collector_mem_kb"].get("VmHWM") or 0) for r in m),
+                        "dropped_records": med([r.get("dropped_records") for r in m]),
                     })
                     if mode == "tail":
                         counted = [sum(r.get("tail_events", [])) for r in m]
@@ -403,6 +418,12 @@ def print_summary(summary):
                 print(f"K={k} record: {d['record_files']} trace file(s) written for processes that "
                       f"exited 0 (want 0); stopped on SIGTERM: {d['stopped_on_sigterm']} "
                       f"(statuses {d['recorder_exit_statuses']})")
+            for mode in ("tail", "record"):
+                d = sk.get(mode)
+                if d and d.get("dropped_records"):
+                    print(f"K={k} {mode}: {d['dropped_records']:.0f} records dropped (median of "
+                          f"runs; of {d['events_per_run']:.0f} events): the collector's CPU per "
+                          f"event above is per event made, not per event kept")
             t = sk.get("tail")
             if t and t.get("tail_events_counted"):
                 print(f"K={k} tail: events counted by evmbpf {t['tail_events_counted']:.0f}, "
@@ -440,7 +461,7 @@ def soak(tmp, opts, seconds):
     base = opts.pin_workload + [PYTHON, "-X", opts.token, child]
     devnull = subprocess.DEVNULL
     long_lived = subprocess.Popen(base + [str(seconds), "0", "0"], stdout=devnull)
-    live, ended = [], []
+    live, ended, lifetimes = [], [], []
     started = 0
     samples = []
     rng = random.Random(25)
@@ -453,12 +474,14 @@ def soak(tmp, opts, seconds):
                 if p.poll() is not None:
                     live.remove(p)
                     ended.append((p.pid, p.expect, p.returncode))
+                    lifetimes.append(now - p.t0)
             if now - t0 < seconds:
                 while len(live) < opts.soak_procs:
                     code = 1 if started % 3 == 2 else 0
                     p = subprocess.Popen(base + ["0", str(rng.randint(3, 30)), str(code)],
                                          stdout=devnull, stderr=devnull)
                     p.expect = code
+                    p.t0 = time.monotonic()
                     live.append(p)
                     started += 1
             elif not live:
@@ -486,18 +509,27 @@ def soak(tmp, opts, seconds):
         files = rec.files()
         st = rec.stop()
     errtext = read(rec.err)
-    attached = len(re.findall(r"^attached to \d+ ", errtext, re.M))
+    attached_pids = {int(p) for p in re.findall(r"^attached to (\d+) ", errtext, re.M)}
+    attached = len(attached_pids)
     rss = [s["rss_kb"] for s in samples if s["rss_kb"]]
     failed = [pid for pid, want, got in ended if want == 1 and got == 1]
     bad_ends = [(pid, want, got) for pid, want, got in ended if got != want]
     written = {int(m.group(1)) for f in files
                for m in [re.search(r"evmbpf-(\d+)", os.path.basename(f))] if m}
+    # the recorder looks at a process a moment after its exec and attaches while it runs
+    # on: a short-lived one can end (or call its modules) first. Of the exit-1 processes
+    # it attached to, each must have its file
+    failed_attached = [pid for pid in failed if pid in attached_pids]
     d = {"seconds": seconds, "procs_at_a_time": opts.soak_procs,
          "short_lived_started": started, "exited_0": sum(1 for _, _, g in ended if g == 0),
          "exited_1": sum(1 for _, _, g in ended if g == 1), "unexpected_ends": bad_ends,
          "long_lived_exit": long_lived.returncode, "attached": attached,
          "files": len(files), "files_for_exit_1": len(written & set(failed)),
          "files_for_others": len(written - set(failed)),
+         "short_lived_attached": len(attached_pids & {pid for pid, _, _ in ended}),
+         "exit_1_attached": len(failed_attached),
+         "exit_1_attached_without_file": sorted(set(failed_attached) - written),
+         "short_lived_lifetime_s_median": med(lifetimes),
          "rss_kb_first": rss[0] if rss else None,
          "rss_kb_at_10pct": rss[len(rss) // 10] if rss else None,
          "rss_kb_last": rss[-1] if rss else None, "rss_kb_max": max(rss) if rss else None,
@@ -505,9 +537,12 @@ def soak(tmp, opts, seconds):
          "recorder_cpu_s": samples[-1]["cpu_s"] if samples else None,
          "samples": samples, **st}
     print(f"\nsoak {seconds:.0f} s: {started} short-lived processes ({d['exited_0']} exited 0, "
-          f"{d['exited_1']} exited 1) beside a long-lived one; the recorder attached to "
-          f"{attached}, wrote {len(files)} file(s) ({d['files_for_exit_1']} for the exit-1 "
-          f"processes, {d['files_for_others']} for others); RSS first {d['rss_kb_first']} kB, "
+          f"{d['exited_1']} exited 1; median life {fmt(d['short_lived_lifetime_s_median'])} s) "
+          f"beside a long-lived one; the recorder attached to {attached} "
+          f"({d['short_lived_attached']} short-lived, {d['exit_1_attached']} of the exit-1 ones), "
+          f"wrote {len(files)} file(s) ({d['files_for_exit_1']} for the exit-1 processes, "
+          f"{d['files_for_others']} for others; exit-1 processes attached to but without a "
+          f"file: {len(d['exit_1_attached_without_file'])}); RSS first {d['rss_kb_first']} kB, "
           f"at 10% {d['rss_kb_at_10pct']} kB, last {d['rss_kb_last']} kB, max {d['rss_kb_max']} "
           f"kB, VmHWM {d['hwm_kb']} kB; recorder CPU {fmt(d['recorder_cpu_s'])} s; stopped on "
           f"SIGTERM: {st['stopped_on_sigterm']} (status {st['exit_status']})")

@@ -970,14 +970,23 @@ def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
                        text=True, env=clean_env(), timeout=300)
     assert os.path.exists(ref), r.stderr[-2000:]
     rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
-    out = str(tmp_path / "launched.jsonl")
+    out, go = str(tmp_path / "launched.jsonl"), str(tmp_path / "go")
+    launched = None
     try:
-        r = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD,
-                            str(wanted / "raises.py")], capture_output=True, text=True,
-                           env=clean_env(), timeout=300)
-        assert r.returncode == 1, r.stderr[-2000:]
+        # the work waits for both attaches (the recorder's comes once the launcher has
+        # let the process go): the recorder's tail must hold its first module call
+        launched = subprocess.Popen([EVMBPF, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD,
+                                     str(wanted / "raises.py"), "--wait-for", go,
+                                     "--wait-timeout", "300"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=clean_env())
+        rec.wait_for(r"^attached to \d+ ", proc=launched)
+        open(go, "w").close()
+        _, err = launched.communicate(timeout=300)
+        assert launched.returncode == 1, err[-2000:]
         files = first_files(rec.dir)
     finally:
+        if launched and launched.poll() is None:
+            launched.kill()
         rc = rec.stop()
     assert rc == 0, rec.stderr()
     assert "cannot find slot_tp_call" not in rec.stderr(), rec.stderr()

@@ -39,6 +39,7 @@ static int free_slot(struct job *j)
  * record's word for when it attached ("running", "exec", "fork"). */
 struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded)
 {
+	j->unreadable = 0;
 	j->full = j->n == JOB_MAX && !free_slot(j);
 	if (j->full) {
 		/* said once, when the room runs out, and how many went untraced once it is back */
@@ -75,6 +76,7 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 	}
 	p->s.out = p->out;
 	if (session_prepare(&p->s, pid)) {
+		j->unreadable = p->s.unreadable;
 		proc_abandon(p);
 		return NULL;
 	}

@@ -60,6 +60,8 @@ struct job {
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 	int full;           /* the last proc_start found no room */
+	int unreadable;     /* the last proc_start that failed could not read the target's
+	                     * build (else it lacked a resource: open files, memory, ...) */
 	int untraced;       /* processes not traced for want of room since the last said */
 };
 

@@ -72,7 +72,7 @@ static void node_looks(struct job *j)
 		struct proc *p = proc_start(j, pid, 0, "exec");
 		if (p && !proc_numeric(j, p))
 			session_announce(&p->s);
-		else if (!p && !j->full && !process_gone(pid))
+		else if (!p && !j->full && j->unreadable && !process_gone(pid))
 			record_exe_refuse(pid); /* said once; its like skipped from now on */
 	}
 }
@@ -208,7 +208,7 @@ int node_start(struct job *j)
 			continue;
 		struct proc *p = proc_start(j, pids[i], 0, "running");
 		if (!p) {
-			if (!j->full && !process_gone(pids[i]))
+			if (!j->full && j->unreadable && !process_gone(pids[i]))
 				record_exe_refuse(pids[i]);
 			continue;
 		}

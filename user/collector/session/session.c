@@ -142,8 +142,10 @@ void session_announce(struct session *s)
 
 int session_prepare(struct session *s, pid_t pid)
 {
-	if (target_inspect(&s->target, pid))
+	if (target_inspect(&s->target, pid)) {
+		s->unreadable = errno != EMFILE && errno != ENFILE && errno != ENOMEM;
 		return -1;
+	}
 	target_identity(&s->target);
 	if (!s->out && s->opts->out && strchr(s->opts->out, '%')) {
 		/* --out's pattern, for one process */

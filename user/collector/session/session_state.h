@@ -22,6 +22,8 @@
 struct session {
 	const struct tracer_opts *opts;
 	const char *out;  /* this process's trace file (--out's pattern expanded), or NULL: opts->out */
+	int unreadable;   /* session_prepare failed reading the target itself (its build), not
+	                   * for want of a resource of evmbpf's */
 	struct target target;
 	struct trace trace;
 	struct evmbpf_bpf *skel;   /* the object it shares (objects.c), or NULL */

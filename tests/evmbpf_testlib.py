@@ -426,6 +426,14 @@ def perf_links(pid):
     return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
 
 
+def own_rss(cmd):
+    """cmd run by a small shell that forks it, rather than straight from pytest: Linux
+    gives a process the resident size of the one it was forked from as its peak
+    (ru_maxrss survives fork and exec), so a fuzzer's -rss_limit_mb, which reads it,
+    stopped at once with an empty 'oom-' input when the test session held over 2 GB."""
+    return ["/bin/sh", "-c", '"$@"; exit $?', "sh", *cmd]
+
+
 def peak_rss_kb(args, check=True):
     """The peak RSS of a command (its children's ru_maxrss, in kB); check: it must
     succeed."""

@@ -22,8 +22,8 @@ import sys
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, FUZZ_BUILD, REF_WORKLOADS, REFERENCE, ROOT, peak_rss_kb,
-                            run_evmbpf, run_launch, run_reference)
+from evmbpf_testlib import (EVMBPF, FUZZ_BUILD, REF_WORKLOADS, REFERENCE, ROOT, own_rss,
+                            peak_rss_kb, run_evmbpf, run_launch, run_reference)
 
 ASAN_BIN = os.path.join(FUZZ_BUILD, "readers_asan")
 FUZZER = os.path.join(FUZZ_BUILD, "fuzz_readers")
@@ -431,8 +431,9 @@ def test_short_fuzz_run(tmp_path):
         for mode in (0, 1, 2, 3, 6, 9, 11, 27):   # 11, 27: export chrome, speedscope
             (seeds / f"{name}-{mode}").write_bytes(bytes([mode]) + data)
     seconds = os.environ.get("EVMBPF_FUZZ_SECONDS", "45")
-    got = subprocess.run([FUZZER, f"-max_total_time={seconds}", "-max_len=65536", "-timeout=10",
-                          "-rss_limit_mb=2048", f"-artifact_prefix={tmp_path}/", str(seeds)],
+    got = subprocess.run(own_rss([FUZZER, f"-max_total_time={seconds}", "-max_len=65536",
+                                  "-timeout=10", "-rss_limit_mb=2048",
+                                  f"-artifact_prefix={tmp_path}/", str(seeds)]),
                          capture_output=True, text=True, timeout=int(seconds) + 120)
     crashes = [f for f in os.listdir(tmp_path) if f.startswith(("crash-", "leak-", "timeout-", "oom-"))]
     assert got.returncode == 0 and not crashes, \

@@ -19,7 +19,7 @@ import warnings
 import pytest
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, REFERENCE, REF_WORKLOADS, TEST_AIDS,
-                            compare_traces, load, run_launch, run_reference)
+                            compare_traces, load, own_rss, run_launch, run_reference)
 
 sys.path.insert(0, REFERENCE)
 from evalmetry import debug  # noqa: E402
@@ -312,8 +312,8 @@ def test_regex_fuzz_run(tmp_path):
     seeds.mkdir()
     for i, pattern in enumerate(HAND):
         (seeds / str(i)).write_bytes(pattern.encode("utf-8", "surrogatepass"))
-    got = subprocess.run([REGEX_FUZZER, "-max_total_time=8", "-timeout=5",
-                          f"-artifact_prefix={tmp_path}/", str(seeds)],
+    got = subprocess.run(own_rss([REGEX_FUZZER, "-max_total_time=8", "-timeout=5",
+                                  f"-artifact_prefix={tmp_path}/", str(seeds)]),
                          capture_output=True, text=True, timeout=120)
     crashes = [f for f in os.listdir(tmp_path) if f != "seeds"]
     assert got.returncode == 0 and not crashes, got.stderr[-3000:]

@@ -591,6 +591,16 @@ class TestRecorder:
 WANTED = "evmbpf-wanted"  # in the command line of the processes --match selects
 
 
+def wanted_folder(base, *paths):
+    """BASE/evmbpf-wanted, links to these workloads in it: a process run from there has
+    WANTED in its command line."""
+    wanted = base / WANTED
+    wanted.mkdir()
+    for path in paths:
+        os.symlink(path, wanted / os.path.basename(path))
+    return wanted
+
+
 class TestKeepAllAndMatch:
     """`evmbpf record --keep-all --match evmbpf-wanted`: the selected processes' command
     lines name a folder of that name (a link to the workloads)."""
@@ -598,10 +608,7 @@ class TestKeepAllAndMatch:
     @pytest.fixture(scope="class")
     def run(self, evmbpf, refs, tmp_path_factory):
         base = tmp_path_factory.mktemp("keepall")
-        wanted = base / WANTED
-        wanted.mkdir()
-        for path in (RECORD_ANY, RAISES):
-            os.symlink(path, wanted / os.path.basename(path))
+        wanted = wanted_folder(base, RECORD_ANY, RAISES)
         rec = Recorder(base / "traces", "--keep-all", "--match", WANTED, pidfile=base / "pid")
         procs = {}
         try:
@@ -962,9 +969,7 @@ def test_beside_a_launched_evmbpf(evmbpf, refs, tmp_path):
     yet relocated); the recorder looks again later rather than judge it then. Both trace
     it: the launched trace is the reference's whole trace, the recorder's file (it raises)
     the reference's --tail 50 trace."""
-    wanted = tmp_path / WANTED
-    wanted.mkdir()
-    os.symlink(RAISES, wanted / "raises.py")
+    wanted = wanted_folder(tmp_path, RAISES)
     ref = str(tmp_path / "ref.jsonl")
     r = subprocess.run([HOST_PYTHON, RUN_WORKLOAD, RAISES, "--trace", ref], capture_output=True,
                        text=True, env=clean_env(), timeout=300)
@@ -1028,10 +1033,7 @@ class TestForkExecLateImport:
     @pytest.fixture(scope="class")
     def rec(self, evmbpf, refs, tmp_path_factory):
         base = tmp_path_factory.mktemp("forkexec")
-        wanted = base / WANTED
-        wanted.mkdir()
-        for path in (RAISES, RECORD_FORK):
-            os.symlink(path, wanted / os.path.basename(path))
+        wanted = wanted_folder(base, RAISES, RECORD_FORK)
         rec = Recorder(base / "traces", "-v", "--match", WANTED, pidfile=base / "pid")
         rec.wanted = wanted
         try:
@@ -1179,9 +1181,7 @@ def test_object_kept_for_the_next_process(evmbpf, refs, tmp_path):
     process left and serves the second with it (-v: "kept loaded with no process, serves
     it"), the verifier run once; both files are the reference's --tail 50 trace (nothing
     of the first is seen by the second)."""
-    wanted = tmp_path / WANTED
-    wanted.mkdir()
-    os.symlink(RAISES, wanted / "raises.py")
+    wanted = wanted_folder(tmp_path, RAISES)
     rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid")
     pids = []
     try:

@@ -1024,6 +1024,21 @@ def in_maps(pid, text):
         return text in handle.read()
 
 
+def let_go_once_attached(rec, proc, go, check=None):
+    """Once the recorder says it attached to proc (which waits for the file go), check(),
+    then go made and proc run to its end: (stdout, stderr). proc is killed if anything
+    fails on the way."""
+    try:
+        rec.wait_attached(proc.pid, proc)
+        if check:
+            check()
+        open(go, "w").close()
+        return proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 class TestForkExecLateImport:
     """`evmbpf record -v --match evmbpf-wanted`: each process is attached (the recorder
     says so) before it is let go (a file it waits for), so that what it does is seen
@@ -1053,14 +1068,10 @@ class TestForkExecLateImport:
         proc = subprocess.Popen([HOST_PYTHON, "-c", LATE_IMPORT, go, RUN_WORKLOAD,
                                  str(rec.wanted / "raises.py")], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=clean_env())
-        try:
-            rec.wait_attached(proc.pid, proc)
+        def torch_not_imported():
             assert not in_maps(proc.pid, "libtorch"), "torch was imported before the attach"
-            open(go, "w").close()
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+
+        _, err = let_go_once_attached(rec, proc, go, check=torch_not_imported)
         assert proc.returncode == 1, err[-2000:]
         path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
         settled(path)
@@ -1078,13 +1089,7 @@ class TestForkExecLateImport:
             [HOST_PYTHON, "-c", CALL_THEN_EXEC, go, "/bin/sh", "-c", 'exec "$0" "$@"',
              HOST_PYTHON, RUN_WORKLOAD, str(rec.wanted / "raises.py")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
-        try:
-            rec.wait_attached(proc.pid, proc)
-            open(go, "w").close()
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _, err = let_go_once_attached(rec, proc, go)
         assert proc.returncode == 1, err[-2000:]
         path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
         settled(path)
@@ -1103,13 +1108,7 @@ class TestForkExecLateImport:
         proc = subprocess.Popen([HOST_PYTHON, "-c", CALL_THEN_EXEC, go, "/bin/sh", "-c",
                                  "sleep 0.5; exit 3"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=clean_env())
-        try:
-            rec.wait_attached(proc.pid, proc)
-            open(go, "w").close()
-            _, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _, err = let_go_once_attached(rec, proc, go)
         assert proc.returncode == 3, err[-2000:]
         rec.wait_for(rf"^evmbpf: {proc.pid} exec'd another program")
         time.sleep(2)  # what should not be written has had time to be
@@ -1122,13 +1121,7 @@ class TestForkExecLateImport:
         go = self.go(rec, name)
         proc = started(workload(str(rec.wanted / "record_fork.py"), "--wait-for", go,
                                 env=clean_env(**env)))
-        try:
-            rec.wait_attached(proc.pid, proc)
-            open(go, "w").close()
-            out, err = proc.communicate(timeout=300)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        out, err = let_go_once_attached(rec, proc, go)
         assert proc.returncode == 0, err[-2000:]
         child, rc = re.search(r"^child (\d+) (-?\d+)$", out, re.M).groups()
         return proc.pid, int(child), int(rc)

@@ -59,6 +59,7 @@ struct job {
 		int tries;   /* looks put off: the process stood stopped */
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
+	uint64_t kept_ns;   /* when the traces a full disk kept were last tried */
 	int full;           /* the last proc_start found no room */
 	int unreadable;     /* the last proc_start that failed could not read the target's
 	                     * build (else it lacked a resource: open files, memory, ...) */

@@ -151,11 +151,10 @@ static void node_bound(struct job *j)
  * stops, what still cannot be written is lost (said). */
 void node_write_kept(struct job *j, int last)
 {
-	static uint64_t tried_ns;
 	uint64_t now = mono_ns();
-	if (!last && now - tried_ns < KEPT_RETRY_NS)
+	if (!last && now - j->kept_ns < KEPT_RETRY_NS)
 		return;
-	tried_ns = now;
+	j->kept_ns = now;
 	for (int i = 0; i < j->n; i++) {
 		struct proc *p = j->procs[i];
 		if (!p->kept)

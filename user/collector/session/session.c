@@ -337,10 +337,7 @@ int session_finish(struct session *s)
 
 int session_write_kept(struct session *s)
 {
-	int rc = trace_close(&s->trace);
-	if (rc != TRACE_KEPT)
-		session_drop_kept(s);
-	return rc;
+	return trace_close(&s->trace); /* written or failed, the trace is freed */
 }
 
 void session_drop_kept(struct session *s)

@@ -29,6 +29,10 @@ BPFFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Iinclude -Ivmlinux/$(ARC
 # COUNT_READS=1: a profiling build that counts the programs' reads per record
 # (bpf/readcount.bpf.h, scripts/readcount.py); give it its own BUILD=build-count
 BPFFLAGS += $(if $(COUNT_READS),-DEVMBPF_COUNT_READS)
+# ABLATE=N: a profiling build that leaves one stage of a module call out (bpf/ablate.bpf.h,
+# scripts/cost-breakdown.py); its traces are incomplete. Give it its own BUILD=build-ablate-N
+BPFFLAGS += $(if $(ABLATE),-DEVMBPF_ABLATE=$(ABLATE))
+CFLAGS   += $(if $(ABLATE),-DEVMBPF_ABLATE=$(ABLATE))
 
 ifeq ($(V),1)
 Q :=

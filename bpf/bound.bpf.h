@@ -560,19 +560,20 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
  * walk starts at frame (0: the thread's innermost). Reaching the parent right above the
  * first frame or one further, that frame is kept in the parent's open call: the next
  * child called from a frame above it needs no walk. */
-static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp, __u64 psp)
+static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp, __u64 psp,
+					    __u64 frame)
 {
 	struct proc_state *ps = ps_cur();
 	if (!ps->cfg.runtime)
 		return 0;
-	if (parent && !sp)
-		return 0; /* called from a C stack depth a walk cleared */
-	__u64 frame = bound_frame();
+	if (!frame)
+		frame = bound_frame();
 	__u8 old = pyo.version < 311; /* 3.9/3.10: frames are PyFrameObjects */
 	__u32 code_at = old ? pyo.frameobj_code : pyo.iframe_code;
 	fhead_fill(frame); /* the walk's first step reads it again from there */
 	if (!frame || (known && frame_word(frame, pyo.frame_back) == known))
 		return 0;
+	ABLATE_RETURN(ABL_NO_WALK, 0);
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
 	struct bound_walk w = { .frame = frame, .code_at = code_at, .parent = parent };
@@ -636,12 +637,13 @@ static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp,
 	return found ? 2 : 0;
 }
 
-/* check_bound_walk with the frame head emptied around it. A global function: the
- * verifier checks it once, not inside each caller's paths. */
-__noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp)
+/* check_bound_walk with the frame head emptied around it (frame: the thread's innermost,
+ * when the caller has read it; 0: read here). A global function: the verifier checks it
+ * once, not inside each caller's paths. */
+__noinline int check_bound(__u64 parent, __u64 known, __u64 sp, __u64 psp, __u64 frame)
 {
 	fhead_clear();
-	int found = check_bound_walk(parent, known, sp, psp);
+	int found = check_bound_walk(parent, known, sp, psp, frame);
 	fhead_clear();
 	return found;
 }
@@ -676,9 +678,7 @@ static __always_inline void bound_outer_record(__u64 sp)
 	r->marker = active_marker();
 	push(s, W_ONE, kwargs, ROOT_DEPTH);
 	push(s, W_ONE, args, ROOT_DEPTH);
-	describe(s);
-	if (s->nstack)
-		s->flags |= REC_F_TRUNCATED;
+	describe_call(s);
 	finish(s);
 }
 
@@ -692,9 +692,11 @@ static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 	struct proc_state *ps = ps_cur();
 	if (!ps->cfg.runtime || ps->bound_off)
 		return 0;
+	if (ABLATED(ABL_NO_BOUND))
+		return 0;
 	__u32 n = open ? open->n : 0;
 	if (!n)
-		return check_bound(0, 0, 0, 0);
+		return check_bound(0, 0, 0, 0, 0);
 	if (n > CALLS_MAX)
 		return 0;
 	struct open_call *top = &open->c[(n - 1) & (CALLS_MAX - 1)];
@@ -703,7 +705,18 @@ static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 		top->known_sp = sp; /* its siblings at this depth: no read either */
 		return 0;
 	}
-	return check_bound(top->self, top->known, sp == top->known_sp ? 0 : sp, top->sp);
+	if (sp == top->known_sp)
+		return 0; /* called from a C stack depth a walk cleared */
+	__u64 frame = 0;
+	if (top->known) {
+		/* most children: called by the frame right below the parent's Module.__call__
+		 * frames that a walk kept. Three reads inline (the thread state, its frame, the
+		 * frame below), not check_bound's call and frame head */
+		frame = bound_frame();
+		if (!frame || rd64(frame + pyo.frame_back) == top->known)
+			return 0;
+	}
+	return check_bound(top->self, top->known, sp, top->sp, frame);
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */
@@ -743,9 +756,7 @@ static __always_inline int bound_hit(__u64 addr)
 	r->marker = active_marker();
 	if (ret) {
 		push(s, W_ONE, ret, 0);
-		describe(s);
-		if (s->nstack)
-			s->flags |= REC_F_TRUNCATED;
+		describe_call(s);
 	}
 	finish(s);
 	return 0;

@@ -79,6 +79,26 @@ static __always_inline void leave_call(void)
 		__sync_fetch_and_add(depth, -1);
 }
 
+/* A module call entered: kept open on the thread (cs: its stack, NULL when it has none)
+ * until its return pairs with it by stack pointer; past CALLS_MAX deep, in the pending
+ * hash. */
+static __always_inline void open_push(struct proc_state *ps, struct call_stack *cs, __u64 sp,
+				      __u64 self)
+{
+	if (cs && cs->n < CALLS_MAX) {
+		cs->c[cs->n & (CALLS_MAX - 1)].sp = sp;
+		cs->c[cs->n & (CALLS_MAX - 1)].self = self;
+		cs->c[cs->n & (CALLS_MAX - 1)].known = 0;
+		cs->c[cs->n & (CALLS_MAX - 1)].known_sp = 0;
+		cs->n++;
+		return;
+	}
+	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
+	if (!ps->pending_used)
+		ps->pending_used = 1;
+	bpf_map_update_elem(&pending, &key, &self, BPF_ANY);
+}
+
 /* The entry of the call returning with this stack pointer (its entry's), or 0: not a
  * module call. The stack grows down: open calls deeper than this one (never seen to
  * return, e.g. entered before the return probe was attached) are dropped, a few a

@@ -152,6 +152,18 @@ static __always_inline void describe(struct scratch *s)
 	bpf_loop(1024, describe_step, &lc, 0);
 }
 
+/* A call record's description: what was pushed, described; what is left when the record
+ * is full, marked */
+static __always_inline void describe_call(struct scratch *s)
+{
+	if (ABLATED(ABL_NO_DESCRIBE))
+		s->nstack = 0;
+	else
+		describe(s);
+	if (s->nstack)
+		s->flags |= REC_F_TRUNCATED;
+}
+
 static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 {
 	__u32 zero = 0;
@@ -194,7 +206,9 @@ static __always_inline void finish(struct scratch *s)
 	if (s->flags & REC_F_TRUNCATED)
 		__sync_fetch_and_add(&ps->truncated_records, 1);
 	readcount_record(r->hdr.kind, r->self);
-	if (ps_output(ps, s->buf, size, rb_flags(ps, r->flags))) {
+	if (ABLATED(ABL_NO_OUTPUT) && !(r->flags & REC_F_HELD))
+		return;
+	if (ps_output(ps, s->buf, size, rb_flags(ps, r->flags, size))) {
 		__sync_fetch_and_add(&ps->dropped_records, 1);
 		__sync_fetch_and_add(&ps->dropped_bytes, size);
 	}

@@ -116,9 +116,12 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	readcount_what_now(0);
 	if (!type || classify_type(type) != T_MODULE)
 		return 0;
+	ABLATE_RETURN(ABL_AFTER_TYPE, 0);
 	__u64 sp = PT_REGS_SP(ctx);
 	check_orphans();
-	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0, 0);
+	/* the thread's open calls (made at its first module call): one look-up a call */
+	struct call_stack *open = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0,
+						       BPF_LOCAL_STORAGE_GET_F_CREATE);
 	struct bound_thread *bound = NULL;
 	readcount_what_now(RC_W_BOUND);
 	int found = ps->orphans_pending ? 0 : bound_check(open, sp);
@@ -135,6 +138,11 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	if ((phase_rules && enter_call() == 1) || (ps->hold_next && ps->cfg.runtime))
 		report_stack(!ps->hold_next);
 	cudamem_emit();
+	if (ABLATED(ABL_NO_RECORDS)) {
+		ps->hold_next = 0;
+		open_push(ps, open, sp, (__u64)self);
+		return 0;
+	}
 	struct scratch *s = begin(REC_ENTER, (__u64)self, sp);
 	if (!s)
 		return 0;
@@ -159,26 +167,9 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 		asm volatile("" ::: "memory");
 		push(s, W_ONE, bargs, ROOT_DEPTH);
 	}
-	describe(s);
-	if (s->nstack)
-		s->flags |= REC_F_TRUNCATED;
+	describe_call(s);
 	finish(s);
-
-	struct call_stack *cs = bpf_task_storage_get(&open_calls, bpf_get_current_task_btf(), 0,
-						     BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (cs && cs->n < CALLS_MAX) {
-		cs->c[cs->n & (CALLS_MAX - 1)].sp = sp;
-		cs->c[cs->n & (CALLS_MAX - 1)].self = (__u64)self;
-		cs->c[cs->n & (CALLS_MAX - 1)].known = 0;
-		cs->c[cs->n & (CALLS_MAX - 1)].known_sp = 0;
-		cs->n++;
-		return 0;
-	}
-	struct pending_key key = { .tid = (__u32)bpf_get_current_pid_tgid(), .sp = sp };
-	__u64 obj = (__u64)self;
-	if (!ps->pending_used)
-		ps->pending_used = 1;
-	bpf_map_update_elem(&pending, &key, &obj, BPF_ANY);
+	open_push(ps, open, sp, (__u64)self);
 	return 0;
 }
 
@@ -195,6 +186,8 @@ int BPF_KRETPROBE(call_exit, void *ret)
 		return 0;
 	if (phase_rules)
 		leave_call();
+	if (ABLATED(ABL_NO_RECORDS))
+		return 0;
 	struct scratch *s = begin(REC_EXIT, obj, entry_sp);
 	if (!s)
 		return 0;
@@ -203,9 +196,7 @@ int BPF_KRETPROBE(call_exit, void *ret)
 	r->marker = active_marker();
 	if (ret) {
 		push(s, W_ONE, (__u64)ret, 0);
-		describe(s);
-		if (s->nstack)
-			s->flags |= REC_F_TRUNCATED;
+		describe_call(s);
 	}
 	finish(s);
 	return 0;

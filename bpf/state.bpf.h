@@ -17,6 +17,7 @@
 #include "pyoffsets.h"
 #include "procslot.h"
 #include "readcount.bpf.h" /* a profiling build's read counter (nothing otherwise) */
+#include "ablate.bpf.h"    /* a profiling build's stages left out (nothing otherwise) */
 
 /* The same for every process this object serves: one Python build and torch layout,
  * one session's options. The verifier folds them. */

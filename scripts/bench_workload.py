@@ -18,7 +18,8 @@ decoder layer and attention call, the cost that grows with a model's depth; sid 
 attaches meanwhile), and after the result wait for another line before exiting (the
 tracer's BPF programs are still loaded then: their run-time counters can be read).
 --duration S: iterate for S seconds instead (--iters ignored), printing RSS-free
-progress lines {"t": seconds, "iters": n} every second (for soak runs).
+progress lines {"t": seconds, "iters": n, "cpu": this thread's CPU seconds} every second
+(for soak runs, and cost-breakdown.py --added's windows).
 --reference-trace OUT: run under the reference in-process tracer (evalmetry.debug);
 --numeric: with its numeric mode on. The result has the process's peak RSS
 (getrusage ru_maxrss): the reference's numeric temporaries show there, evmbpf's none.
@@ -167,7 +168,8 @@ def main():
                 iters += 1
                 now = time.perf_counter()
                 if now >= next_report:
-                    emit({"t": round(now - start, 3), "iters": iters})
+                    emit({"t": round(now - start, 3), "iters": iters,
+                          "cpu": time.thread_time()})
                     next_report += 1
                     if now - start >= args.duration:
                         return now - start, iters

@@ -88,6 +88,24 @@ def test_header_and_extensions(evmbpf, tmp_path):
     assert '"value": 0.125' in text or "0.125" in text
 
 
+def test_stats_count_the_records_and_their_bytes(evmbpf, tmp_path):
+    """--stats (what the benchmarks read): the records the ring buffer handed over, and
+    their bytes, which cost-breakdown.py divides by the module calls."""
+    import json
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    result = run_launch(workload, out, evmbpf_args=["--stats", stats])
+    assert result.returncode == 0, result.stderr
+    with open(stats) as handle:
+        counters = json.load(handle)
+    calls = [e for e in load(out) if e["event"] in ("enter", "exit")]
+    # one record a module event at least (plus the stack, task and type records)
+    assert counters["records"] >= len(calls) > 0, counters
+    # a call record is a header, self, sp, flags and marker (56 bytes) and its nodes
+    # (24 bytes and more each, one at least for args and one for the output)
+    assert 80 * len(calls) <= counters["record_bytes"] <= 8192 * counters["records"], counters
+
+
 def test_reference_reader_reads_evmbpf_traces(evmbpf, tmp_path):
     import sys
     sys.path.insert(0, REFERENCE)

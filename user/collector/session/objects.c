@@ -153,6 +153,12 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 		}
 	}
 	skel->rodata->n_layouts = TENSOR_LAYOUTS;
+#if defined(EVMBPF_ABLATE) && EVMBPF_ABLATE
+	/* bpf/ablate.bpf.h: a build for measuring, never for tracing */
+	warnx_("this is a profiling build that leaves a stage of each module call out "
+	       "(ABLATE=%d): its traces are incomplete; build without ABLATE to trace",
+	       EVMBPF_ABLATE);
+#endif
 	skel->rodata->numeric = s->opts->trace.numeric; /* where tensor values are, too */
 	numeric_probe_setup(skel, s->opts->trace.numeric);
 	skel->rodata->tensor_bytes_hold_exits = s->opts->trace.stop_on_nonfinite;

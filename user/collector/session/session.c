@@ -275,11 +275,12 @@ static void write_stats(struct session *s)
 		return;
 	}
 	const struct proc_state *b = s->ps;
-	fprintf(f, "{\"records\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
+	fprintf(f, "{\"records\": %llu, \"record_bytes\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
 		"\"holds\": %llu, \"tensor_bytes\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
-		(unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
+		(unsigned long long)s->trace.records, (unsigned long long)s->trace.record_bytes,
+		(unsigned long long)s->trace.events,
 		(unsigned long long)(b ? b->dropped_records : 0),
 		(unsigned long long)(b ? b->dropped_bytes : 0),
 		(unsigned long long)(b ? b->truncated_records : 0),

@@ -369,6 +369,7 @@ void trace_record(struct trace *t, const void *data, size_t size)
 	if (size < sizeof(*h) || h->size > size || t->nonfinite)
 		return;
 	t->records++;
+	t->record_bytes += h->size;
 	if (h->ts_ns > t->now_ns)
 		t->now_ns = h->ts_ns;
 	t->dctx->rec_tid = h->tid, t->dctx->rec_ts = h->ts_ns;

@@ -109,6 +109,7 @@ struct trace {
 	                                  * between forwards) */
 	int ended;
 	uint64_t records, events, unknown_modules;
+	uint64_t record_bytes; /* the records' own bytes, as the ring buffer handed them (--stats) */
 	uint64_t boot_to_realtime_ns;    /* add to bpf_ktime_get_ns for wall-clock ns */
 	uint64_t now_ns;                 /* bpf_ktime_get_ns of the record being read: the time
 	                                  * of events it causes (unwound frames, errors) */

@@ -131,6 +131,24 @@ static __always_inline __u64 frame_word(__u64 frame, __u32 off)
 	return rd64(frame + off);
 }
 
+/* Recent verdicts of call_codes, per CPU, direct-mapped by code object: a walk asks for
+ * every frame's, and an array slot is far cheaper than the LRU hash (types.bpf.h's
+ * type_cache does the same for types). A copy of call_codes' verdicts, never more; user
+ * space empties it with a process's slot. */
+#define CODE_CACHE 256
+
+struct code_cache {
+	__u64 key[CODE_CACHE];
+	__u8 verdict[CODE_CACHE];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct code_cache);
+} code_cache SEC(".maps");
+
 /* Is this code object Module.__call__'s (torch 1.x _call_impl, 2.x _wrapped_call_impl
  * around _call_impl)? Judged by co_name once per code object. */
 __noinline int is_call_code(__u64 code)
@@ -138,15 +156,25 @@ __noinline int is_call_code(__u64 code)
 	if (!code)
 		return 0;
 	__u64 key = PS_KEY(ps_cur(), code);
-	__u8 *v = bpf_map_lookup_elem(&call_codes, &key);
-	if (v)
-		return *v == 1;
-	__u64 name = rd64(code + pyo.co_name);
+	struct code_cache *cc = bpf_map_lookup_elem(&code_cache, (void *)&fhead_zero);
+	__u32 slot = ((code >> 4) ^ (code >> 12)) & (CODE_CACHE - 1);
+	if (cc && cc->key[slot] == key)
+		return cc->verdict[slot] == 1;
 	__u8 verdict = 2;
-	if (name && (name_is(name + pyo.str_ascii_data, "_call_impl", 11) ||
-		     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)))
-		verdict = 1;
-	bpf_map_update_elem(&call_codes, &key, &verdict, BPF_ANY);
+	__u8 *v = bpf_map_lookup_elem(&call_codes, &key);
+	if (v) {
+		verdict = *v;
+	} else {
+		__u64 name = rd64(code + pyo.co_name);
+		if (name && (name_is(name + pyo.str_ascii_data, "_call_impl", 11) ||
+			     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)))
+			verdict = 1;
+		bpf_map_update_elem(&call_codes, &key, &verdict, BPF_ANY);
+	}
+	if (cc) {
+		cc->key[slot] = key;
+		cc->verdict[slot] = verdict;
+	}
 	return verdict == 1;
 }
 

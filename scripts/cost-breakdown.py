@@ -35,7 +35,13 @@ the probe floor, under evmbpf, repeated; each window's thread CPU time per modul
 process compare the modes on the same heap, code placement and caches, which separate
 runs (bench.py's) do not: there, run-to-run spread of the untraced workload alone is
 several µs a call on llama-depth. Printed: µs added a call (median window against the
-median untraced window) for the floor and evmbpf, and their ratio.
+median untraced window) for the floor and evmbpf, and their ratio; --stopped adds evmbpf
+with its collector stopped through the window (what the collector's own work beside the
+target costs it).
+
+--pair A,B: two binaries (a change and its base) attached to the same process at once,
+the order of attaching swapped each run: their BPF time a module call measured on the
+same calls at the same moment, its difference with the order's own effect taken out.
 
 The machine's noise moves
 whole runs up or down together (10-20% from one minute to the next on a shared guest):
@@ -45,6 +51,7 @@ tests: nothing here fails on a timing.
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -132,13 +139,13 @@ def run_one(evmbpf, floor, wl, iters):
                 work.wait()
 
 
-def windows(evmbpf, wl, window, cycles):
+def windows(evmbpf, wl, window, cycles, stopped=False):
     """--added: thread CPU µs a module call in alternating windows of one process."""
     # the module calls an iteration makes: one untraced iteration's own count
     probe = subprocess.run([a for a in bench.workload_cmd(wl, 1, 0, []) if a != "--sync"],
                            capture_output=True, text=True, timeout=600)
     calls = json.loads(probe.stdout.strip().splitlines()[-1])["calls_per_iter"]
-    modes = ["plain", "floor", "evmbpf"]
+    modes = ["plain", "floor", "evmbpf"] + (["stopped"] if stopped else [])
     duration = cycles * len(modes) * (window + 15) + 60
     wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
     work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(
@@ -166,12 +173,16 @@ def windows(evmbpf, wl, window, cycles):
                         cmd = [evmbpf, "--pid", str(pid)]
                         cmd += (["--probe-floor"] if mode == "floor"
                                 else ["--out", os.path.join(tmp, "t.jsonl")])
+                        if mode == "stopped":  # a ring that holds the whole window
+                            cmd += ["--ringbuf-mb", "512"]
                         with open(err, "w") as ef:
                             tracer = subprocess.Popen(bench.pin(ccpu) + cmd, stdout=ef,
                                                       stderr=ef)
                         if not bench.wait_for_text(err, r"attached to", tracer, 300):
                             raise RuntimeError("evmbpf did not attach: " + open(err).read())
                     progress()  # the second the attach fell in
+                    if mode == "stopped":
+                        os.kill(tracer.pid, signal.SIGSTOP)
                     a = progress()
                     for _ in range(window):
                         b = progress()
@@ -180,7 +191,9 @@ def windows(evmbpf, wl, window, cycles):
                         got[mode].append(us)
                         log(f"{wl} cycle {cycle} {mode}: {us:.3f} µs a call")
                     if tracer:
-                        tracer.send_signal(2)
+                        if mode == "stopped":
+                            os.kill(tracer.pid, signal.SIGCONT)
+                        tracer.send_signal(signal.SIGINT)
                         tracer.wait(timeout=120)
                         progress()  # the detach's second
                         if os.path.exists(os.path.join(tmp, "t.jsonl")):
@@ -193,12 +206,74 @@ def windows(evmbpf, wl, window, cycles):
     print(f"\n== {wl}: the target's thread CPU a module call, {cycles} windows of {window} s "
           f"each mode, in one process")
     print(f"  untraced {plain:.3f} µs a call (windows {', '.join(f'{x:.3f}' for x in got['plain'])})")
-    for m in ("floor", "evmbpf"):
+    for m in [m for m in modes if m != "plain"]:
         print(f"  {m:8} adds {res[m]:6.3f} µs a call (windows "
               f"{', '.join(f'{x - plain:.3f}' for x in got[m])})")
     if res["floor"] > 0:
         print(f"  evmbpf / floor: {res['evmbpf'] / res['floor']:.2f}")
     return {"windows": got, "added": res}
+
+
+def paired(a, b, wl, iters, repeat):
+    """--pair A,B: both builds attached to the same process at once, each program's run
+    time per module call; the order of attaching (which moves a build by a few hundred
+    ns on this guest) swapped each run and taken out of the difference."""
+    wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
+    diffs = {True: [], False: []}  # A - B, by whether A was attached first
+    for rep in range(repeat):
+        a_first = rep % 2 == 0
+        order = [a, b] if a_first else [b, a]
+        work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(wl, iters, 3, []),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        tracers = []
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                pid = json.loads(work.stdout.readline())["ready"]
+                for n, evm in enumerate(order):
+                    err = os.path.join(tmp, f"err{n}")
+                    with open(err, "w") as ef:
+                        t = subprocess.Popen(bench.pin(ccpu) + [
+                            evm, "--pid", str(pid), "--out", os.path.join(tmp, f"t{n}.jsonl")],
+                            stdout=ef, stderr=ef)
+                    tracers.append(t)
+                    if not bench.wait_for_text(err, r"attached to", t, 300):
+                        raise RuntimeError(f"{evm} did not attach: " + open(err).read())
+                before = [bench.bpf_prog_stats(t.pid) for t in tracers]
+                work.stdin.write("go\n")
+                work.stdin.flush()
+                while True:
+                    r = json.loads(work.stdout.readline())
+                    if "secs" in r:
+                        break
+                after = [bench.bpf_prog_stats(t.pid) for t in tracers]
+                calls = r["calls_per_iter"] * r["iters"]
+                ns = [sum(v["run_time_ns"] - bf.get(k, {}).get("run_time_ns", 0)
+                          for k, v in af.items()) / calls for bf, af in zip(before, after)]
+                work.stdin.write("exit\n")
+                work.stdin.flush()
+                work.wait(timeout=120)
+                for t in tracers:
+                    t.wait(timeout=120)
+                sizes = [os.path.getsize(os.path.join(tmp, f"t{n}.jsonl")) for n in (0, 1)]
+            finally:
+                for t in tracers:
+                    if t.poll() is None:
+                        t.kill()
+                        t.wait()
+                if work.poll() is None:
+                    work.kill()
+                    work.wait()
+        na, nb = (ns[0], ns[1]) if a_first else (ns[1], ns[0])
+        diffs[a_first].append(na - nb)
+        log(f"{wl} run {rep}: {'A' if a_first else 'B'} attached first; A {na:.0f}, "
+            f"B {nb:.0f} BPF ns a module call; trace bytes {sizes[0]} and {sizes[1]}")
+    if not diffs[True] or not diffs[False]:
+        sys.exit("--pair: --repeat 2 at least (each order once)")
+    first, second = statistics.mean(diffs[True]), statistics.mean(diffs[False])
+    print(f"\n== {wl}: {iters} iterations, {repeat} runs, A = {a}, B = {b}")
+    print(f"  A - B, BPF ns a module call: {(first + second) / 2:.0f} (A attached first: "
+          f"{first:.0f}, B first: {second:.0f}; the order's own effect "
+          f"{abs(first - second) / 2:.0f})")
 
 
 def main():
@@ -212,15 +287,27 @@ def main():
                     help="use the build-ablate-N binaries as they are")
     ap.add_argument("--rebuild", action="store_true", help="make the build-ablate-N again")
     ap.add_argument("--out", help="write the runs as JSON here too")
+    ap.add_argument("--pair", metavar="A,B",
+                    help="two evmbpf binaries attached to the same processes at once: "
+                    "their BPF time's difference, the attach order swapped each run")
     ap.add_argument("--added", action="store_true",
                     help="the target's time instead: alternating windows in one process")
     ap.add_argument("--window", type=int, default=8, help="--added: seconds a window")
     ap.add_argument("--cycles", type=int, default=3, help="--added: windows a mode")
+    ap.add_argument("--stopped", action="store_true",
+                    help="--added: a fourth mode, evmbpf with its collector stopped (SIGSTOP) "
+                    "through the window and a 512 MiB ring: the programs' cost without the "
+                    "collector's work beside the target")
     opts = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cost-breakdown.py: run it as root (it loads BPF programs)")
+    if opts.pair:
+        a, b = opts.pair.split(",")
+        for wl in opts.workloads.split(","):
+            paired(a, b, wl, opts.iters or ITERS.get(wl, 200), opts.repeat)
+        return
     if opts.added:
-        results = {wl: windows(opts.evmbpf, wl, opts.window, opts.cycles)
+        results = {wl: windows(opts.evmbpf, wl, opts.window, opts.cycles, opts.stopped)
                    for wl in opts.workloads.split(",")}
         if opts.out:
             with open(opts.out, "w") as f:

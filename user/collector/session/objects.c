@@ -355,6 +355,19 @@ void session_objects_release(void)
 	}
 }
 
+/* A one-entry per-CPU array's value zeroed on every CPU (a cache of what the programs
+ * learnt of a process, keyed by its tag, which the next process in its slot reuses) */
+static void percpu_zero(struct bpf_map *map)
+{
+	int cpus = libbpf_num_possible_cpus();
+	size_t vs = bpf_map__value_size(map);
+	void *zero = cpus > 0 ? calloc((size_t)cpus, (vs + 7) & ~(size_t)7) : NULL;
+	uint32_t k0 = 0;
+	if (zero)
+		bpf_map_update_elem(bpf_map__fd(map), &k0, zero, BPF_ANY);
+	free(zero);
+}
+
 void session_unload(struct session *s)
 {
 	struct evm_object *o = s->obj;
@@ -383,14 +396,9 @@ void session_unload(struct session *s)
 		purge_tag(bpf_map__fd(skel->maps.marker_codes), tag);
 		purge_tag(bpf_map__fd(skel->maps.known_codes), tag);
 		purge_tag(bpf_map__fd(skel->maps.orphans), tag);
-		/* the per-CPU copy of type verdicts: emptied on every CPU */
-		int cpus = libbpf_num_possible_cpus();
-		size_t vs = bpf_map__value_size(skel->maps.type_cache);
-		void *zero = cpus > 0 ? calloc((size_t)cpus, (vs + 7) & ~(size_t)7) : NULL;
-		uint32_t k0 = 0;
-		if (zero)
-			bpf_map_update_elem(bpf_map__fd(skel->maps.type_cache), &k0, zero, BPF_ANY);
-		free(zero);
+		/* the per-CPU copies of type and code verdicts: emptied on every CPU */
+		percpu_zero(skel->maps.type_cache);
+		percpu_zero(skel->maps.code_cache);
 	}
 	memset(s->ps, 0, sizeof(*s->ps));
 	o->used[s->slot] = 0;

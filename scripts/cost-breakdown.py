@@ -37,7 +37,8 @@ runs (bench.py's) do not: there, run-to-run spread of the untraced workload alon
 several µs a call on llama-depth. Printed: µs added a call (median window against the
 median untraced window) for the floor and evmbpf, and their ratio; --stopped adds evmbpf
 with its collector stopped through the window (what the collector's own work beside the
-target costs it).
+target costs it); --base OLD adds a window of an earlier binary (a change's before and
+after in the same process).
 
 --pair A,B: two binaries (a change and its base) attached to the same process at once,
 the order of attaching swapped each run: their BPF time a module call measured on the
@@ -139,13 +140,14 @@ def run_one(evmbpf, floor, wl, iters):
                 work.wait()
 
 
-def windows(evmbpf, wl, window, cycles, stopped=False):
+def windows(evmbpf, wl, window, cycles, stopped=False, base=None):
     """--added: thread CPU µs a module call in alternating windows of one process."""
     # the module calls an iteration makes: one untraced iteration's own count
     probe = subprocess.run([a for a in bench.workload_cmd(wl, 1, 0, []) if a != "--sync"],
                            capture_output=True, text=True, timeout=600)
     calls = json.loads(probe.stdout.strip().splitlines()[-1])["calls_per_iter"]
-    modes = ["plain", "floor", "evmbpf"] + (["stopped"] if stopped else [])
+    modes = ["plain", "floor", "evmbpf"] + (["stopped"] if stopped else []) + \
+        (["base"] if base else [])
     duration = cycles * len(modes) * (window + 15) + 60
     wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
     work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(
@@ -170,7 +172,7 @@ def windows(evmbpf, wl, window, cycles, stopped=False):
                     tracer = None
                     if mode != "plain":
                         err = os.path.join(tmp, "err")
-                        cmd = [evmbpf, "--pid", str(pid)]
+                        cmd = [base if mode == "base" else evmbpf, "--pid", str(pid)]
                         cmd += (["--probe-floor"] if mode == "floor"
                                 else ["--out", os.path.join(tmp, "t.jsonl")])
                         if mode == "stopped":  # a ring that holds the whole window
@@ -210,7 +212,8 @@ def windows(evmbpf, wl, window, cycles, stopped=False):
         print(f"  {m:8} adds {res[m]:6.3f} µs a call (windows "
               f"{', '.join(f'{x - plain:.3f}' for x in got[m])})")
     if res["floor"] > 0:
-        print(f"  evmbpf / floor: {res['evmbpf'] / res['floor']:.2f}")
+        for m in [m for m in modes if m not in ("plain", "floor")]:
+            print(f"  {m} / floor: {res[m] / res['floor']:.2f}")
     return {"windows": got, "added": res}
 
 
@@ -294,6 +297,8 @@ def main():
                     help="the target's time instead: alternating windows in one process")
     ap.add_argument("--window", type=int, default=8, help="--added: seconds a window")
     ap.add_argument("--cycles", type=int, default=3, help="--added: windows a mode")
+    ap.add_argument("--base", help="--added: an earlier binary, a window of its own (mode "
+                    "`base`), for a before and after in the same process")
     ap.add_argument("--stopped", action="store_true",
                     help="--added: a fourth mode, evmbpf with its collector stopped (SIGSTOP) "
                     "through the window and a 512 MiB ring: the programs' cost without the "
@@ -307,7 +312,8 @@ def main():
             paired(a, b, wl, opts.iters or ITERS.get(wl, 200), opts.repeat)
         return
     if opts.added:
-        results = {wl: windows(opts.evmbpf, wl, opts.window, opts.cycles, opts.stopped)
+        results = {wl: windows(opts.evmbpf, wl, opts.window, opts.cycles, opts.stopped,
+                               opts.base)
                    for wl in opts.workloads.split(",")}
         if opts.out:
             with open(opts.out, "w") as f:

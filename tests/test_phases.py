@@ -1,11 +1,14 @@
 """Phases rebuilt from the host's own markers, and from --phase rules."""
+import json
 import os
 import subprocess
+import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, compare_traces,
-                            load, run_launch, run_reference, host_kwargs, Attached)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
+                            compare_traces, load, run_launch, run_reference, host_kwargs,
+                            wait_for_line, Attached)
 
 pytestmark = pytest.mark.root
 KWARGS = host_kwargs()
@@ -32,6 +35,77 @@ def test_markers_attached_by_pid(evmbpf, tmp_path):
     run.release()
     run.finish()
     compare_traces(load(ref), load(got), kwargs=KWARGS)
+
+
+def program_runs(pid):
+    """Run counts of the BPF programs process pid holds, by name (bpf_stats must be on)."""
+    counts = {}
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
+                info = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if "prog_id" in info and "run_cnt" in info:
+            counts[int(info["prog_id"])] = int(info["run_cnt"])
+    shown = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True,
+                                      text=True, check=True).stdout)
+    names = {p["id"]: p.get("name") for p in shown}
+    return {names.get(i, str(i)): n for i, n in counts.items()}
+
+
+def wait_for_file(path, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.02)
+
+
+def test_marker_probe_waits_for_the_hosts_import(evmbpf, tmp_path):
+    """The phase markers' probe traps at every `with` and, on 3.11-3.13, at every
+    isinstance() against a class with a metaclass: it is placed only once the host imports
+    evalmetry.debug (the target held at that import), and markers after it are followed."""
+    steps, out = tmp_path / "steps", str(tmp_path / "t.jsonl")
+    steps.mkdir()
+    with open("/proc/sys/kernel/bpf_stats_enabled") as handle:
+        stats_were = handle.read().strip()
+    target = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, "markers_late.py"),
+                               REFERENCE, str(steps)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    tracer = None
+    try:
+        wait_for_line(target.stdout, "ready", 60)
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
+            handle.write("1")
+        tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out, "-v"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for_line(tracer.stderr, "attached to", 120)
+        (steps / "go1").touch()
+        wait_for_file(str(steps / "done1"), target)
+        before = program_runs(tracer.pid)
+        markers = [name for name in before if name.startswith("marker_enter")]
+        assert before.get("call_enter", 0) >= 200, before
+        # the probe is not placed: no marker program of this Python was attached yet
+        assert not any(before[name] for name in markers), before
+        (steps / "go2").touch()
+        wait_for_file(str(steps / "done2"), target)
+        after = program_runs(tracer.pid)
+        assert any(after.get(name, 0) for name in after if name.startswith("marker_enter")), after
+        assert target.wait(timeout=60) == 0, target.stderr.read()
+        assert tracer.wait(timeout=60) == 0
+        log = tracer.stderr.read()
+        assert "phase markers followed from here" in log, log
+    finally:
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
+            handle.write(stats_were)
+        for proc in (target, tracer):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    enters = [e for e in load(out) if e["event"] == "enter"]
+    assert len(enters) == 201, len(enters)
+    assert {e["phase"] for e in enters[:-1]} == {"other"}  # the reference's outside any
+    assert enters[-1]["phase"] == "late"
 
 
 def test_rules_name_phases_like_markers(evmbpf, tmp_path):

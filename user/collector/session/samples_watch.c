@@ -1,7 +1,16 @@
 /* note_samples' watch (the session side of samples.c): a hardware breakpoint on its
  * first code unit, one per thread, with samples.bpf.h's program on it, armed at the attach
  * or when evalmetry.debug's module body has run. See samples.c and docs/design.md,
- * "Documents in flight". */
+ * "Documents in flight".
+ *
+ * The same module body places the phase markers' probe (markers.bpf.h) when the host had
+ * not imported evalmetry.debug at the attach: that probe traps at every `with` and, on
+ * 3.11-3.13, at every isinstance() against a class with a metaclass (torch.Tensor's):
+ * 0.4-0.6 traps a module call in torch's own code, a µs each on a KVM guest and about ten
+ * on a PVM guest, for markers that only evalmetry.debug's code makes. The target is held
+ * at the module body's return until the probe is in place, so no `with phase()` can come
+ * first; where it cannot be held, or the module body cannot be watched, the probe is
+ * placed at the attach as before (docs/design.md, "Where a module call's time goes"). */
 #include "samples_watch.h"
 
 #include <errno.h>
@@ -13,6 +22,7 @@
 #include <linux/hw_breakpoint.h>
 
 #include "hwwatch.h"
+#include "probes.h"
 #include "session_state.h"
 #include "uprobes.h"
 #include "procstate.h"
@@ -26,6 +36,8 @@ struct samples_watch {
 	struct bpf_link *watch[WATCH_MAX]; /* one per thread armed at the start */
 	int nwatch;
 	uint64_t code;                 /* note_samples' code object */
+	int watching;                  /* note_samples is watched (breakpoints fire here) */
+	int markers_wait;              /* the markers' probe waits for evalmetry.debug's import */
 };
 
 static int armed_said;
@@ -109,32 +121,60 @@ static void arm(struct session *s, uint64_t globals)
 	debugx("note_samples watched at %#lx on %d threads", (unsigned long)addr, armed);
 }
 
+/* sys.modules["evalmetry.debug"].__dict__ of the target, 0 when it is not imported */
+static uint64_t host_globals(const struct target *t)
+{
+	const struct pyreader *r = &t->reader;
+	uint64_t interp = pm_u64(r, t->runtime + t->off->rt_interp_main, NULL);
+	uint64_t modules = interp ? pm_u64(r, interp + t->off->interp_modules, NULL) : 0;
+	uint64_t mod = modules ? py_dict_get_str(r, modules, "evalmetry.debug") : 0;
+	return mod ? pm_u64(r, mod + 16 /* PyModuleObject.md_dict */, NULL) : 0;
+}
+
 void samples_attach(struct session *s)
 {
 	struct target *t = &s->target;
-	if (!t->eval_code_off || !t->runtime || !hw_watch_works())
-		return; /* no breakpoint fires here: not observable, said once (hwwatch.c) */
+	int exec = t->eval_code_off && t->runtime;
+	int watching = exec && hw_watch_works(); /* else not observable, said once (hwwatch.c) */
+	int may_hold = session_may_hold(s);
+	/* already imported (--pid) */
+	uint64_t globals = exec ? host_globals(t) : 0;
+	int markers_wait = t->gen_type && exec && may_hold && !globals;
+	if (!markers_wait)
+		session_attach_markers(s);
+	if (!watching && !markers_wait)
+		return;
 	struct samples_watch *w = s->samples = xmalloc(sizeof(*w));
 	memset(w, 0, sizeof(*w));
-	s->ps->samples_hold = session_may_hold(s);
+	w->watching = watching;
+	w->markers_wait = markers_wait;
+	s->ps->samples_hold = may_hold;
 	if (s->ps->samples_hold)
 		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
 	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,
 				   t->eval_code_off, "PyEval_EvalCode");
 	w->exec[1] = attach_uprobe(s->skel->progs.host_exec_exit, 1, t->pid, t->py_open,
 				   t->eval_code_off, "PyEval_EvalCode (return)");
-	/* already imported (--pid): sys.modules["evalmetry.debug"].__dict__ */
-	const struct pyreader *r = &t->reader;
-	uint64_t interp = pm_u64(r, t->runtime + t->off->rt_interp_main, NULL);
-	uint64_t modules = interp ? pm_u64(r, interp + t->off->interp_modules, NULL) : 0;
-	uint64_t mod = modules ? py_dict_get_str(r, modules, "evalmetry.debug") : 0;
-	if (mod)
-		arm(s, pm_u64(r, mod + 16 /* PyModuleObject.md_dict */, NULL));
+	if (markers_wait && (!w->exec[0] || !w->exec[1])) {
+		w->markers_wait = 0; /* the import cannot be seen: placed now */
+		session_attach_markers(s);
+	}
+	if (watching && globals)
+		arm(s, globals);
 }
 
 void samples_host_record(struct session *s, const struct rec_samples *r)
 {
-	arm(s, r->obj);
+	struct samples_watch *w = s->samples;
+	if (!w)
+		return;
+	if (w->markers_wait) { /* the target is held: no `with phase()` ran yet */
+		w->markers_wait = 0;
+		session_attach_markers(s);
+		debugx("evalmetry.debug imported: phase markers followed from here");
+	}
+	if (w->watching)
+		arm(s, r->obj);
 }
 
 void samples_detach(struct session *s)

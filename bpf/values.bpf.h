@@ -73,33 +73,15 @@ struct {
 	__type(value, struct scratch);
 } scratch_map SEC(".maps");
 
-/* Past wakeup_bytes, a wakeup again each WAKEUP_STEP bytes that wait unread */
-#define WAKEUP_STEP (64 * 1024)
-
-/* The ring buffer flags of a record of size bytes. A wakeup (an irq_work: on a guest, an
- * interrupt to itself and an exit to the hypervisor, several µs) is asked for when the
- * bytes waiting reach wakeup_bytes with this record, and again each WAKEUP_STEP further
- * while the collector has not read them (it is descheduled, stopped, or slower than the
- * target): not at every record past the mark, which made each record of a target whose
- * collector lags cost 4x (docs/design.md, "Where a module call's time goes"). The
- * collector's poll is level-triggered (it reads whatever waits when it next looks), and
- * two CPUs that race past the mark together can at worst both wake it or leave it to the
- * next step. */
-static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags, __u32 size)
+static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags)
 {
 	if (rec_flags & REC_F_PTRACE) /* a thread waits for us */
 		return BPF_RB_FORCE_WAKEUP;
 	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
 		return 0;
 	void *rb = ps_ring(ps);
-	if (!rb)
-		return BPF_RB_NO_WAKEUP;
-	__u64 avail = bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA), after = avail + size;
-	if (after < wakeup_bytes)
-		return BPF_RB_NO_WAKEUP;
-	if (avail < wakeup_bytes || avail / WAKEUP_STEP != after / WAKEUP_STEP)
-		return BPF_RB_FORCE_WAKEUP;
-	return BPF_RB_NO_WAKEUP;
+	return rb && bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP
+									      : BPF_RB_NO_WAKEUP;
 }
 
 static __always_inline struct dnode *node_here(struct scratch *s)

@@ -134,6 +134,19 @@ def bpf_prog_stats(pid):
     return res
 
 
+def go_and_result(work, wl=""):
+    """Let a --sync workload go, and read its lines up to the result (its "secs" line)."""
+    work.stdin.write("go\n")
+    work.stdin.flush()
+    while True:
+        line = work.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{wl}: the workload ended without a result")
+        r = json.loads(line)
+        if "secs" in r:
+            return r
+
+
 def wait_for_text(path, pattern, proc, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

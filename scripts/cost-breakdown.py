@@ -103,15 +103,7 @@ def run_one(evmbpf, floor, wl, iters):
             if not bench.wait_for_text(err, r"attached to", tracer, 300):
                 raise RuntimeError(f"{evmbpf} did not attach: " + open(err).read()[-2000:])
             before = bench.bpf_prog_stats(tracer.pid)
-            work.stdin.write("go\n")
-            work.stdin.flush()
-            while True:
-                line = work.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"{wl}: the workload ended without a result")
-                r = json.loads(line)
-                if "secs" in r:
-                    break
+            r = bench.go_and_result(work, wl)
             after = bench.bpf_prog_stats(tracer.pid)
             work.stdin.write("exit\n")
             work.stdin.flush()
@@ -242,12 +234,7 @@ def paired(a, b, wl, iters, repeat):
                     if not bench.wait_for_text(err, r"attached to", t, 300):
                         raise RuntimeError(f"{evm} did not attach: " + open(err).read())
                 before = [bench.bpf_prog_stats(t.pid) for t in tracers]
-                work.stdin.write("go\n")
-                work.stdin.flush()
-                while True:
-                    r = json.loads(work.stdout.readline())
-                    if "secs" in r:
-                        break
+                r = bench.go_and_result(work, wl)
                 after = [bench.bpf_prog_stats(t.pid) for t in tracers]
                 calls = r["calls_per_iter"] * r["iters"]
                 ns = [sum(v["run_time_ns"] - bf.get(k, {}).get("run_time_ns", 0)

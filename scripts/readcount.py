@@ -155,12 +155,7 @@ def one(workload, layers, iters, evmbpf, tmp):
         if not bench.wait_for_text(err, r"attached to", tracer, 300):
             raise RuntimeError("evmbpf did not attach: " + open(err).read()[-2000:])
         cpu0, bpf0 = cpu_ns(pid), prog_ns(tracer.pid)
-        work.stdin.write("go\n")
-        work.stdin.flush()
-        while True:
-            r = json.loads(work.stdout.readline())
-            if "secs" in r:
-                break
+        r = bench.go_and_result(work)
         cpu1, bpf1 = cpu_ns(pid), prog_ns(tracer.pid)
         lat = [(e["formatted"]["key"], e["formatted"]["value"])
                for e in find_map(tracer.pid, "read_lat")]

@@ -83,25 +83,45 @@ def ablate_build(n, rebuild):
     return path
 
 
+def cpus():
+    """The workload's CPU and the tracer's (the last and the first), None where one CPU."""
+    return (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
+
+
+def start_workload(wl, iters, extra=()):
+    """A --sync workload pinned to its CPU, and its pid once it is ready."""
+    work = subprocess.Popen(bench.pin(cpus()[0]) + bench.workload_cmd(wl, iters, 3, list(extra)),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = work.stdout.readline()
+    if not line.startswith("{"):
+        work.kill()
+        work.wait()
+        raise RuntimeError(f"{wl}: the workload did not start: {line!r}")
+    return work, json.loads(line)["ready"]
+
+
+def attach(cmd, err):
+    """A tracer (cmd: evmbpf and its options) pinned to its CPU, once it has attached; its
+    stderr goes to the file err."""
+    with open(err, "w") as ef:
+        tracer = subprocess.Popen(bench.pin(cpus()[1]) + cmd, stdout=ef, stderr=ef)
+    if not bench.wait_for_text(err, r"attached to", tracer, 300):
+        tracer.kill()
+        tracer.wait()
+        raise RuntimeError(f"{cmd[0]} did not attach: " + open(err).read()[-2000:])
+    return tracer
+
+
 def run_one(evmbpf, floor, wl, iters):
     """BPF ns a module call of one fresh run, and the trace's record bytes a call."""
-    wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
-    work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(wl, iters, 3, []),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    work, pid = start_workload(wl, iters)
     tracer = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            line = work.stdout.readline()
-            if not line.startswith("{"):
-                raise RuntimeError(f"{wl}: the workload did not start: {line!r}")
-            pid = json.loads(line)["ready"]
-            err, stats = os.path.join(tmp, "err"), os.path.join(tmp, "stats.json")
+            stats = os.path.join(tmp, "stats.json")
             cmd = [evmbpf, "--pid", str(pid), "--stats", stats]
             cmd += ["--probe-floor"] if floor else ["--out", os.path.join(tmp, "t.jsonl")]
-            with open(err, "w") as ef:
-                tracer = subprocess.Popen(bench.pin(ccpu) + cmd, stdout=ef, stderr=ef)
-            if not bench.wait_for_text(err, r"attached to", tracer, 300):
-                raise RuntimeError(f"{evmbpf} did not attach: " + open(err).read()[-2000:])
+            tracer = attach(cmd, os.path.join(tmp, "err"))
             before = bench.bpf_prog_stats(tracer.pid)
             r = bench.go_and_result(work, wl)
             after = bench.bpf_prog_stats(tracer.pid)
@@ -141,14 +161,10 @@ def windows(evmbpf, wl, window, cycles, stopped=False, base=None):
     modes = ["plain", "floor", "evmbpf"] + (["stopped"] if stopped else []) + \
         (["base"] if base else [])
     duration = cycles * len(modes) * (window + 15) + 60
-    wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
-    work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(
-        wl, 1, 3, ["--duration", str(duration)]), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True)
+    work, pid = start_workload(wl, 1, ["--duration", str(duration)])
     got = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            pid = json.loads(work.stdout.readline())["ready"]
             work.stdin.write("go\n")
             work.stdin.flush()
 
@@ -169,11 +185,7 @@ def windows(evmbpf, wl, window, cycles, stopped=False, base=None):
                                 else ["--out", os.path.join(tmp, "t.jsonl")])
                         if mode == "stopped":  # a ring that holds the whole window
                             cmd += ["--ringbuf-mb", "512"]
-                        with open(err, "w") as ef:
-                            tracer = subprocess.Popen(bench.pin(ccpu) + cmd, stdout=ef,
-                                                      stderr=ef)
-                        if not bench.wait_for_text(err, r"attached to", tracer, 300):
-                            raise RuntimeError("evmbpf did not attach: " + open(err).read())
+                        tracer = attach(cmd, err)
                     progress()  # the second the attach fell in
                     if mode == "stopped":
                         os.kill(tracer.pid, signal.SIGSTOP)
@@ -213,26 +225,18 @@ def paired(a, b, wl, iters, repeat):
     """--pair A,B: both builds attached to the same process at once, each program's run
     time per module call; the order of attaching (which moves a build by a few hundred
     ns on this guest) swapped each run and taken out of the difference."""
-    wcpu, ccpu = (os.cpu_count() - 1, 0) if os.cpu_count() >= 2 else (None, None)
     diffs = {True: [], False: []}  # A - B, by whether A was attached first
     for rep in range(repeat):
         a_first = rep % 2 == 0
         order = [a, b] if a_first else [b, a]
-        work = subprocess.Popen(bench.pin(wcpu) + bench.workload_cmd(wl, iters, 3, []),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        work, pid = start_workload(wl, iters)
         tracers = []
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                pid = json.loads(work.stdout.readline())["ready"]
                 for n, evm in enumerate(order):
-                    err = os.path.join(tmp, f"err{n}")
-                    with open(err, "w") as ef:
-                        t = subprocess.Popen(bench.pin(ccpu) + [
-                            evm, "--pid", str(pid), "--out", os.path.join(tmp, f"t{n}.jsonl")],
-                            stdout=ef, stderr=ef)
-                    tracers.append(t)
-                    if not bench.wait_for_text(err, r"attached to", t, 300):
-                        raise RuntimeError(f"{evm} did not attach: " + open(err).read())
+                    tracers.append(attach([evm, "--pid", str(pid), "--out",
+                                           os.path.join(tmp, f"t{n}.jsonl")],
+                                          os.path.join(tmp, f"err{n}")))
                 before = [bench.bpf_prog_stats(t.pid) for t in tracers]
                 r = bench.go_and_result(work, wl)
                 after = [bench.bpf_prog_stats(t.pid) for t in tracers]

@@ -374,10 +374,8 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		st->nsites = n + 1;
 		/* the outer of two: the inner's site, found right after in this probe's chain,
 		 * holds the target while both are armed (or, known already, does not) */
-		__u8 hold = ps->bound_hold && !st->outer;
-		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD : 0);
-		if (hold)
-			bpf_send_signal(19 /* SIGSTOP */);
+		__u8 hold = ps->bound_hold && !st->outer && hold_thread();
+		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD | REC_F_PTRACE : 0);
 	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
 		return 0;
 	}

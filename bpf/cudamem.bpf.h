@@ -14,6 +14,7 @@
 #define EVMBPF_CUDAMEM_BPF_H
 
 #include "state.bpf.h"
+#include "hold.bpf.h"
 
 /* Per process (struct proc_state): cuda_stats, written by user space once the allocator
  * is found: DeviceStats address per device, cuda_ndev of them; cuda_alloc_off and
@@ -42,7 +43,7 @@ struct {
  * may hold threads (no lookup otherwise); cuda_init_armed, set when
  * c10::cuda::device_count_ensure_non_zero() ran (CUDA's lazy init, just before the
  * allocator's own init) while cuda_ndev is 0; cuda_init_hold: user space allows the next
- * module call to stop the target (SIGSTOP) until it has found the devices.
+ * module call to hold the thread (hold.bpf.h) until it has found the devices.
  * cuda_ld_debug: &_r_debug in the target while libc10_cuda.so is awaited (user space
  * sets it, clears it once the library is found): the dynamic loader's _dl_debug_state()
  * at RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map
@@ -123,7 +124,7 @@ static long ld_step(__u32 idx, void *ctx)
 static __always_inline int cudamem_mark(__u32 flags);
 
 /* _dl_debug_state(): when the objects this dlopen added include libc10_cuda.so, stop the
- * target (SIGSTOP) so that user space places the device probes before any of its code
+ * thread (hold.bpf.h) so that user space places the device probes before any of its code
  * runs (MEM_F_LOADED). */
 static __always_inline int cuda_dlopen_seen(void)
 {
@@ -136,8 +137,8 @@ static __always_inline int cuda_dlopen_seen(void)
 	struct ld_walk w = { .lm = rd64(at + 8), .seen = ps->cuda_ld_seen };
 	bpf_loop(4096, ld_step, &w, 0);
 	ps->cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
-	if (w.found && !cudamem_mark(MEM_F_LOADED)) /* no record, no stop: nothing would continue it */
-		bpf_send_signal(19 /* SIGSTOP */);
+	if (w.found) /* held (hold.bpf.h) when it may be; a stop without its record is continued too */
+		cudamem_mark(MEM_F_LOADED | (hold_thread() ? MEM_F_HELD : 0));
 	return 0;
 }
 
@@ -233,8 +234,7 @@ __noinline int cudamem_emit(void)
 			 * found the devices and read this thread's counters (MEM_F_INIT); the
 			 * first module call's own hold does that look already */
 			ps->cuda_init_armed = 0;
-			if (!cudamem_mark(MEM_F_INIT))
-				bpf_send_signal(19 /* SIGSTOP */);
+			cudamem_mark(MEM_F_INIT | (hold_thread() ? MEM_F_HELD : 0));
 		}
 		return 0;
 	}

@@ -151,11 +151,8 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	r->marker = active_marker();
 	if (ps->hold_next) {
 		ps->hold_next = 0;
-		r->flags = REC_F_HELD;
-		if (ps->numeric_hold) /* --numeric: this thread only, through the ptrace hold */
-			s->flags |= REC_F_WANT_HOLD;
-		else
-			bpf_send_signal(19 /* SIGSTOP */);
+		r->flags = REC_F_HELD; /* the first call: its model is read (held or not) */
+		s->flags |= REC_F_WANT_HOLD; /* this thread only, in a ptrace stop (hold.bpf.h) */
 	}
 	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
 	push(s, W_ONE, (__u64)args, ROOT_DEPTH);

@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: GPL-2.0
 /* --follow: every process a followed process starts is followed too, at any depth.
  *
- * A followed process that execs is stopped there (SIGSTOP) and again at the new image's
- * entry point, where its libraries are mapped and no Python has run, so that user space
- * places its probes before the first Python instruction. Launch mode without --follow
- * loads these programs but follow_fork and follow_exit, with the command alone in
- * `followed` (user/collector/run/launch.c). A traced Python that forks without exec (a DataLoader worker, the fork start
- * method) has a child with the same memory and no probes: uprobes attached to a pid do
- * not follow fork. The child is stopped before its first instruction
- * (bpf_send_signal_task from the fork tracepoint, which runs in the parent) until its own
- * probes are placed. A vfork child shares its parent's memory, and execs or exits at
- * once: it is never stopped. Nothing of the target is read or written here.
+ * A followed process that execs is stopped there and again at the new image's entry
+ * point, where its libraries are mapped and no Python has run, so that user space
+ * places its probes before the first Python instruction. The stop is a ptrace stop that
+ * no one but evmbpf sees (seized.bpf.h): evmbpf seizes the processes it follows, with
+ * PTRACE_O_TRACEFORK and TRACEVFORK, so the kernel seizes their children as they are
+ * born. Only evmbpf's own child before it is seized (launch mode's command, marked
+ * FOLLOWED_OWN) is stopped by SIGSTOP: its parent is evmbpf, the one that sees it. A
+ * process neither seized nor evmbpf's child is never stopped (the record says so). Launch
+ * mode without --follow loads these programs but follow_fork and follow_exit, with the
+ * command alone in `followed` (user/collector/run/launch.c). A traced Python that forks
+ * without exec (a DataLoader worker, the fork start method) has a child with the same
+ * memory and no probes: uprobes attached to a pid do not follow fork. Seized at its birth,
+ * the child waits in the kernel's first ptrace stop until its own probes are placed. A
+ * vfork child shares its parent's memory, and execs or exits at once: it is not traced
+ * as a fork of its Python. Nothing of the target is read or written here.
  *
  * `evmbpf record` (follow_node): every exec on the node is reported, and never stopped:
  * the recorder looks at the process a moment later, once its libraries are mapped, and
@@ -21,11 +26,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "follow.h"
+#include "seized.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-extern int bpf_send_signal_task(struct task_struct *task, int sig, enum pid_type type,
-				__u64 value) __ksym __weak;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -70,11 +73,11 @@ int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 		return 0;
 	__u32 flags = FOLLOWED;
 	bpf_map_update_elem(&followed, &ctgid, &flags, BPF_ANY);
-	__u32 held = 0;
-	if ((*v & FOLLOWED_PYTHON) && child->mm != parent->mm && bpf_send_signal_task &&
-	    !bpf_send_signal_task(child, 19 /* SIGSTOP */, PIDTYPE_TGID, 0))
-		held = 1;
-	report(FOLLOW_FORK, ctgid, ptgid, held, 0);
+	/* seized at its birth (PTRACE_O_TRACEFORK): it waits in its first ptrace stop */
+	__u32 why = seized_by_us(child) ? FORK_HELD : 0;
+	if ((*v & FOLLOWED_PYTHON) && child->mm != parent->mm)
+		why |= FORK_OF_PYTHON;
+	report(FOLLOW_FORK, ctgid, ptgid, why, 0);
 	return 0;
 }
 
@@ -84,10 +87,15 @@ static __always_inline int stop_here(__u32 why)
 	__u32 *v = bpf_map_lookup_elem(&followed, &tgid);
 	if (!v)
 		return 0;
+	__u32 own = *v & FOLLOWED_OWN;
 	if (why == 1)
-		*v = FOLLOWED; /* a new program: traced again only once user space says so */
-	bpf_send_signal(19 /* SIGSTOP */);
-	report(FOLLOW_STOPPED, tgid, (__u32)bpf_get_current_pid_tgid(), why, 0);
+		*v = FOLLOWED | own; /* a new program: traced again only once user space says so */
+	__s32 how = STOP_NONE;
+	if (seized_by_us(bpf_get_current_task_btf()))
+		how = stop_seized_thread() ? STOP_PTRACE : STOP_NONE;
+	else if (own && !bpf_send_signal(19 /* SIGSTOP */))
+		how = STOP_SIGSTOP; /* evmbpf's own child: evmbpf is the parent that sees it */
+	report(FOLLOW_STOPPED, tgid, (__u32)bpf_get_current_pid_tgid(), why, how);
 	return 0;
 }
 

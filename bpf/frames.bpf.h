@@ -86,10 +86,8 @@ static __always_inline void report_stack_walk(int may_hold)
 			bpf_map_update_elem(&known_codes, &key, &one, BPF_ANY);
 			r->flags = REC_F_HELD;
 		}
-		if (r->flags && ps->numeric_hold) /* --numeric: through the ptrace hold */
+		if (r->flags) /* this thread, in a ptrace stop (hold.bpf.h), or not held */
 			r->flags = hold_thread() ? REC_F_HELD | REC_F_PTRACE : 0;
-		else if (r->flags)
-			bpf_send_signal(19 /* SIGSTOP */);
 	}
 	__u64 id = bpf_get_current_pid_tgid();
 	r->hdr.kind = REC_STACK;

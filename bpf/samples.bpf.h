@@ -6,7 +6,7 @@
  * breakpoint on its first code unit (user/collector/session/samples_watch.c arms one per thread):
  * the interpreter fetches it once per call, where the frame is the thread's current
  * one and its first local is `contexts`, alive and unchanged. The record holds the
- * target (SIGSTOP) while user space reads the contexts, and wakes the collector at once.
+ * thread (hold.bpf.h) while user space reads the contexts, and wakes the collector at once.
  * To find the function before its first call, the module body of evalmetry/debug.py is
  * caught as PyEval_EvalCode runs it (the import's exec): on its return the globals hold
  * note_samples. Nothing is read or stopped for any other module body, and nothing here
@@ -21,7 +21,7 @@
 
 /* note_samples' code object, once user space has armed the watch on it */
 /* per process: struct proc_state's samples_code */
-/* user space allows holding the target (SIGSTOP) while it reads (not in a foreground
+/* user space allows holding the thread (hold.bpf.h) while it reads (not in a foreground
  * terminal's process group: job control would see it) */
 /* per process: struct proc_state's samples_hold */
 /* per process: struct proc_state's samples_spurious */
@@ -58,10 +58,8 @@ static __always_inline int samples_output(__u32 kind, __u64 obj, __u64 code)
 	r->code = code;
 	r->pad = 0;
 	r->flags = 0;
-	if (ps->numeric_hold)
+	if (ps->numeric_hold || ps->samples_hold)
 		r->flags = hold_thread() ? REC_F_HELD | REC_F_PTRACE : 0;
-	else if (ps->samples_hold && !bpf_send_signal(19 /* SIGSTOP */))
-		r->flags = REC_F_HELD;
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	return 0;
 }

@@ -66,9 +66,9 @@ struct rec_call {
 
 #define REC_F_EXCEPTION 1u  /* exit: NULL return value */
 #define REC_F_TRUNCATED 2u  /* the description did not fit and was cut */
-#define REC_F_HELD 4u       /* the target was stopped (SIGSTOP) here until user space has read the model */
+#define REC_F_HELD 4u       /* a hold was asked here (the first call, new code objects, ...) */
 #define REC_F_WANT_HOLD 8u  /* --numeric: the record describes CPU tensor values to read (BPF side only) */
-#define REC_F_PTRACE 16u    /* --numeric: this thread was held here (SIGURG, seen by evmbpf's ptrace) */
+#define REC_F_PTRACE 16u    /* this thread is held here (SIGURG, seen by evmbpf's ptrace) until continued */
 #define REC_F_BOUND 32u     /* enter: the nodes start with the args and kwargs of the bound call
 			     * of REC_BOUND_ENTER; exit: the return of such a call (a watchpoint) */
 #define REC_F_BOUND_SELF 64u /* enter (with REC_F_BOUND): a bound call's own entry, its nodes its
@@ -88,6 +88,7 @@ struct rec_mem {
 #define MEM_F_UNKNOWN 1u /* the thread's device is not known (set before the attach) */
 #define MEM_F_INIT 2u    /* CUDA was initialised: the target is stopped until user space looked */
 #define MEM_F_LOADED 4u  /* a dlopen mapped libraries: the target is stopped until user space looked */
+#define MEM_F_HELD 8u    /* with MEM_F_INIT or MEM_F_LOADED: the thread is held (ptrace, hold.bpf.h) */
 /* cuda_unknown's value (bpf/cudamem.bpf.h): a thread whose device is not known yet */
 struct cuda_unknown_v {
 	__u64 out;   /* GetDevice's DeviceIndex *, between its entry and its return */
@@ -241,7 +242,7 @@ struct rec_marker {
 /* note_samples(contexts) (REC_SAMPLES: obj is contexts, at the watch on the function's
  * first instruction) and evalmetry.debug's globals once its module body has run
  * (REC_SAMPLES_HOST: user space finds note_samples there and arms the watch). Either
- * may hold the target (REC_F_HELD: SIGSTOP) until user space has read them. */
+ * may hold the thread (REC_F_HELD, REC_F_PTRACE) until user space has read them. */
 struct rec_samples {
 	struct rec_hdr hdr;
 	__u64 obj;

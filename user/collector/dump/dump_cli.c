@@ -12,7 +12,7 @@
 #include "dump_print.h"
 #include "procstate.h"
 #include "tracer.h"
-#include "watchdog.h"
+#include "hold.h"
 
 static double now_ms(void)
 {
@@ -27,9 +27,10 @@ static const char dump_usage[] =
 	"thread's running modules outermost first (path as named_modules() names it, class,\n"
 	"the shapes and dtypes it was called with, phase), and the Python frame at the top\n"
 	"of the thread (function, file:line). No probe is attached: the target's memory is\n"
-	"only read. The target is stopped (SIGSTOP) for the few milliseconds of the read,\n"
-	"except a terminal's foreground job, which is read while it runs until two reads\n"
-	"agree; a target its user stopped is read as it is and stays stopped.\n"
+	"only read. Its threads are held for the few milliseconds of the read, in a ptrace\n"
+	"stop that neither its parent nor its terminal sees; a target another tracer holds\n"
+	"(a debugger, py-spy) is read while it runs until two reads agree; a target its user\n"
+	"stopped is read as it is and stays stopped.\n"
 	"\n"
 	"OPTIONS\n"
 	"  -p, --pid PID   the process (its pid as the host sees it)\n"
@@ -97,25 +98,19 @@ int dump_main(int argc, char **argv)
 		res.how = "already-stopped";
 		rc = dump_read(&t, &s);
 		res.reads = res.consistent = 1;
-	} else if (hold_is_safe(pid, 0)) {
+	} else if (!hold_start(pid, 0)) {
+		/* every thread in a ptrace stop: seen by no one else, undone by the kernel if
+		 * evmbpf dies */
 		res.how = "stopped";
-		if (!watchdog_start(pid))
-			watchdog_hold(pid, 1);
 		double h0 = now_ms();
-		if (kill(pid, SIGSTOP)) {
-			warnx_("cannot stop process %d: %s", pid, strerror(errno));
-			watchdog_stop();
-			return 1;
-		}
-		if (wait_stopped(pid, 500))
+		if (hold_stop_all(pid))
 			debugx("%d did not stop within 500 ms; reading it anyway", pid);
 		rc = dump_read(&t, &s);
-		kill(pid, SIGCONT);
+		hold_release(pid, 0);
 		res.held_ms = now_ms() - h0;
-		watchdog_hold(pid, 0);
-		watchdog_stop();
 		res.reads = res.consistent = 1;
 	} else {
+		debugx("%s: read as it runs", hold_error());
 		rc = dump_read_running(&t, &s, &res.reads, &res.consistent);
 	}
 	res.read_ms = now_ms() - t0;

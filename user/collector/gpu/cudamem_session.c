@@ -22,7 +22,7 @@
 #include "procmem.h"
 #include "procstate.h"
 #include "uprobes.h"
-#include "watchdog.h"
+#include "hold.h"
 
 /* how long GetDevice stays probed after the first module call seen, at most */
 #define REVEAL_WINDOW_NS (5ull * 1000000000ull)
@@ -95,7 +95,7 @@ static void list_unknown(struct session *s)
 static void ld_hook(struct session *s)
 {
 	struct cudamem *c = &s->cuda;
-	if (s->skel->rodata->numeric || !session_may_hold(s))
+	if (!session_may_hold(s))
 		return;
 	static char name[PATH_MAX], open_path[PATH_MAX];
 	uint64_t start = 0, v, r_debug, off;
@@ -110,13 +110,10 @@ static void ld_hook(struct session *s)
 	elf_file_close(e);
 	if (!ok)
 		return;
-	if (watchdog_start(s->target.pid))
-		return;
 	c->ld_link = attach_uprobe(s->skel->progs.cuda_dlopen_probe, 0, s->target.pid, open_path, off,
 				   "_dl_debug_state");
 	if (!c->ld_link)
 		return;
-	watchdog_hold(s->target.pid, 1);
 	__atomic_store_n(&s->ps->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
 	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", name);
 }
@@ -148,11 +145,8 @@ static void place_probes(struct session *s)
 						   c->init_off, "c10::cuda::device_count_ensure_non_zero");
 		if (l) {
 			c->links[c->nlinks++] = l;
-			if (!skel->rodata->numeric && session_may_hold(s) &&
-			    !watchdog_start(s->target.pid)) {
-				watchdog_hold(s->target.pid, 1);
+			if (session_may_hold(s))
 				s->ps->cuda_init_hold = 1;
-			}
 		}
 	}
 	if (c->get_device_off) {
@@ -228,8 +222,6 @@ void cudamem_session_step(struct session *s)
 	struct cudamem *c = &s->cuda;
 	if (s->skel && c->nreveal)
 		reveal_step(s);
-	if (s->ps && (c->ld_link || s->ps->cuda_init_hold))
-		watchdog_hold(s->target.pid, 1); /* one of their stops may come */
 	if (!s->skel || c->state == CM_READY || c->state == CM_UNSUPPORTED || c->cpu_torch)
 		return;
 	enum cudamem_state before = c->state;
@@ -322,6 +314,8 @@ void cudamem_session_held(struct session *s, uint32_t tid)
 
 void cudamem_session_record(struct session *s, const struct rec_mem *r)
 {
+	/* held (hold.bpf.h): looked at in its stop, continued once looked at */
+	int held = (r->flags & MEM_F_HELD) && !hold_wait((pid_t)r->hdr.tid);
 	cudamem_record(&s->cuda, r);
 	if (r->flags & MEM_F_LOADED) {
 		/* a dlopen mapped its objects, the target is stopped before any of their code */
@@ -332,14 +326,16 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 			debugx("CUDA: stopped at a dlopen (%d so far): %s", ++s->cuda.load_stops,
 			       s->cuda.state == CM_NO_LIBRARY ? "no libc10_cuda.so yet" : "libc10_cuda.so mapped");
 		}
-		continue_held(s->target.pid);
-		watchdog_hold(s->target.pid, s->cuda.ld_link || s->ps->cuda_init_hold ||
-						     s->ps->hold_codes || s->ps->samples_hold);
+		if (held)
+			hold_continue_thread((pid_t)r->hdr.tid);
 		return;
 	}
-	if (!(r->flags & MEM_F_INIT))
+	if (!(r->flags & MEM_F_INIT)) {
+		if (held)
+			hold_continue_thread((pid_t)r->hdr.tid);
 		return;
-	/* CUDA's lazy init ran before this module call: the target is stopped (SIGSTOP) */
+	}
+	/* CUDA's lazy init ran before this module call: its thread is held (MEM_F_HELD) */
 	init_seen(&s->cuda, "c10::cuda::device_count_ensure_non_zero ran");
 	cudamem_session_step(s);
 	pending_warn(&s->cuda, 0); /* the allocator's init is done by now */
@@ -348,7 +344,6 @@ void cudamem_session_record(struct session *s, const struct rec_mem *r)
 	debugx("CUDA: initialised before a module call of thread %u: %s", r->hdr.tid,
 	       s->cuda.state == CM_READY ? "devices found" : "devices not found yet");
 	read_now(s, r->hdr.tid);
-	continue_held(s->target.pid);
-	watchdog_hold(s->target.pid, s->ps->cuda_init_hold || s->ps->hold_codes ||
-					     s->ps->samples_hold);
+	if (held)
+		hold_continue_thread((pid_t)r->hdr.tid);
 }

@@ -25,6 +25,7 @@
 #include "agent_needs.h"
 #include "dump.h"
 #include "elfsym.h"
+#include "hold.h"
 #include "hwwatch.h"
 #include "target.h"
 #include "procstate.h"
@@ -388,12 +389,13 @@ static void check_process(pid_t pid)
 	if (!t.runtime)
 		line(2, "frames: no _PyRuntime symbol; --phase rules, a mid-forward attach and "
 			"evmbpf dump are not available");
-	if (hold_is_safe(pid, 0))
-		line(1, "hold: %d may be stopped for the milliseconds its model is read", pid);
+	char why[192];
+	if (!hold_refusal(pid, why, sizeof(why)))
+		line(1, "hold: %d's threads may be held (a ptrace stop, seen by evmbpf alone) for "
+			"the milliseconds its model is read", pid);
 	else
-		line(2, "hold: %d is a terminal's foreground job (or cannot be signalled): it is "
-			"never stopped, its model is read while it runs (a short job may free it first)",
-		     pid);
+		line(2, "hold: %s: it is never held, its model is read while it runs (a short job "
+			"may free it first)", why);
 	static const char *const cuda[] = { "libc10_cuda.so", "libcudart", NULL };
 	char which[PATH_MAX];
 	if (mapped(pid, cuda, which, sizeof(which))) {

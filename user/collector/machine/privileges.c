@@ -13,8 +13,7 @@
  * restricted root) fails as surely as a plain user. CAP_BPF and CAP_PERFMON load and
  * attach the programs (CAP_SYS_ADMIN stands for both, and is the only way before Linux
  * 5.8); CAP_SYS_PTRACE reads the target's memory, its /proc/PID/root, and opens uprobes
- * on another user's process. CAP_KILL is optional: without it a target of another user
- * is never held (SIGSTOP) at the first module call, since evmbpf could not resume it. */
+ * on another user's process, and seizes its threads (PTRACE_SEIZE) for the holds. */
 static uint64_t effective_caps;
 
 int has_cap(int cap)

@@ -18,7 +18,8 @@
  * at a call's entry, so their returns are not seen that way: the BPF side watches their
  * frames instead (struct orphan_list) and says when they are gone, as the exit hooks of
  * a tracer registered at this moment would fire without an entry (`orphan` exits).
- * Read with the target stopped, where stopping it is safe (as for the first call's hold). */
+ * Read with every thread of the target in a ptrace stop (hold_stop_all), where it is
+ * seized: no one else sees that stop. */
 void watch_running_modules(struct session *s)
 {
 	struct target *t = &s->target;
@@ -26,14 +27,8 @@ void watch_running_modules(struct session *s)
 	const struct pyreader *r = &t->reader;
 	if (!s->ps || !t->runtime || !s->ps->hold_next)
 		return;
-	/* stopped already (by its user, or a debugger): read it as it is, and leave it so */
-	int stopped_before = !wait_stopped(t->pid, 0);
-	if (!stopped_before) {
-		if (kill(t->pid, SIGSTOP))
-			return;
-		if (wait_stopped(t->pid, 500))
-			debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
-	}
+	if (hold_stop_all(t->pid))
+		debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
 	uint64_t interp = pm_u64(r, t->runtime + o->runtime_interp_head, NULL);
 	uint64_t ts = interp ? pm_u64(r, interp + o->interp_threads_head, NULL) : 0;
 	unsigned threads = 0, modules = 0;
@@ -78,8 +73,7 @@ void watch_running_modules(struct session *s)
 		}
 	}
 	s->ps->orphans_pending = threads;
-	if (!stopped_before)
-		kill(t->pid, SIGCONT);
+	hold_continue(t->pid);
 	if (threads)
 		debugx("%u modules were running on %u threads at the attach", modules, threads);
 }

@@ -52,6 +52,7 @@ static void job_loop(struct job *j)
 		epoll_wait(j->ep, evs, 16, 100);
 		if (j->frb)
 			ring_buffer__consume(j->frb);
+		hold_pump(); /* the seized processes' stops, births and exits */
 		if (j->node)
 			node_step(j);
 		for (int i = 0; i < j->n; i++) {
@@ -70,7 +71,8 @@ static void job_loop(struct job *j)
 		if (j->child > 0 && !j->child_done) {
 			int status;
 			if ((hold_leader_exit(j->child, &status) ||
-			     waitpid(j->child, &status, WNOHANG) == j->child) &&
+			     (!hold_active(j->child) &&
+			      waitpid(j->child, &status, WNOHANG) == j->child)) &&
 			    (WIFEXITED(status) || WIFSIGNALED(status))) {
 				j->child_done = 1;
 				j->child_status = status;
@@ -113,10 +115,16 @@ int run_job(const struct tracer_opts *opts)
 			warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
 			goto out;
 		}
-		uint32_t v = FOLLOWED, key = (uint32_t)j.child;
+		/* seized before it runs: what it starts is seized at its birth, and every stop
+		 * of theirs is a ptrace stop no parent sees (su's, sudo's, a shell's) */
+		int seized = !hold_start(j.child, 1);
+		if (!seized)
+			warnx_("warning: %s: the command's stops are SIGSTOPs, and what it starts is "
+			       "traced unheld", hold_error());
+		uint32_t v = FOLLOWED | (seized ? 0 : FOLLOWED_OWN), key = (uint32_t)j.child;
 		bpf_map__update_elem(j.fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
 				     BPF_ANY);
-		if (!watchdog_start(j.child))
+		if (!seized && !watchdog_start(j.child))
 			watchdog_hold(j.child, 1);
 		if (write(go_fd, "g", 1) != 1) {
 			warnx_("cannot start %s", opts->command[0]);
@@ -146,6 +154,7 @@ int run_job(const struct tracer_opts *opts)
 		detached += j.procs[i]->live;
 		proc_end(j.procs[i]);
 	}
+	hold_release_all(); /* every process followed runs on, untraced */
 	if (j.node)
 		node_write_kept(&j, 1);
 	if (stop_signal && detached)
@@ -173,6 +182,7 @@ int run_job(const struct tracer_opts *opts)
 out:
 	if (j.fskel)
 		follow_unload(&j);
+	hold_release_all();
 	if (j.node) {
 		record_pidfile_remove();
 		pyre_free(j.match);

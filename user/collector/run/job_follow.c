@@ -1,6 +1,9 @@
 /* --follow, and evmbpf record's execs: bpf/follow.bpf.c tells of the processes a job's
  * processes start (and, for the recorder, of every exec on the node), and holds a new
- * Python at its entry point until its probes are placed. */
+ * Python at its entry point until its probes are placed. The followed processes are
+ * seized (hold.c: the job's command before it runs, a traced Python at its attach, their
+ * children at their birth), so each of those holds is a ptrace stop that no parent
+ * sees; only evmbpf's own child, where it could not be seized, is stopped by SIGSTOP. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include "elfsym.h"
 #include "follow.h"
 #include "follow.skel.h"
+#include "hold.h"
 #include "job_state.h"
 #include "record.h"
 #include "session.h"
@@ -42,15 +46,23 @@ static void pending_drop(struct job *j, pid_t pid)
 	j->pending[i].pid = 0;
 }
 
-static void resume(pid_t pid)
+/* A followed process runs on from a stop bpf/follow.bpf.c made (how: STOP_*; tid: the
+ * thread a ptrace stop holds, once it is there, or 0: its first stop, when it comes). */
+static void resume(pid_t pid, pid_t tid, int how)
 {
-	kill(pid, SIGCONT);
-	watchdog_hold(pid, 0);
+	if (how == STOP_PTRACE) {
+		if (tid)
+			hold_wait(tid);
+		hold_resume(pid);
+	} else if (how == STOP_SIGSTOP) {
+		kill(pid, SIGCONT);
+		watchdog_hold(pid, 0);
+	}
 }
 
 /* A followed process at its new image's entry point (or exec'd, where that point could
  * not be probed): a Python gets its session, anything else runs on, still followed. */
-static void follow_look(struct job *j, pid_t pid)
+static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
 	pending_drop(j, pid);
 	if (j->node ? record_wanted(&j->opts->record, j->match, pid) : target_is_python(pid)) {
@@ -64,7 +76,7 @@ static void follow_look(struct job *j, pid_t pid)
 	} else {
 		debugx("%d is not Python: followed, not traced", pid);
 	}
-	resume(pid);
+	resume(pid, tid, how);
 }
 
 static int on_follow(void *ctx, void *data, size_t size)
@@ -76,28 +88,36 @@ static int on_follow(void *ctx, void *data, size_t size)
 	pid_t pid = (pid_t)r->hdr.pid;
 	if (j->unloading) {
 		/* evmbpf stops: a process the programs stopped before they went is let go */
-		if (r->hdr.kind == FOLLOW_STOPPED || (r->hdr.kind == FOLLOW_FORK && r->why)) {
+		if (r->hdr.kind == FOLLOW_STOPPED || (r->hdr.kind == FOLLOW_FORK &&
+						       (r->why & FORK_HELD))) {
 			debugx("%d, stopped as evmbpf stops: let go untraced", pid);
-			resume(pid);
+			if (r->hdr.kind == FOLLOW_STOPPED)
+				resume(pid, (pid_t)r->hdr.tid, r->exit_code);
+			else
+				resume(pid, 0, STOP_PTRACE);
 		}
 		return 0;
 	}
 	switch (r->hdr.kind) {
 	case FOLLOW_FORK:
-		debugx("%d forked %d%s", (int)r->hdr.tid, pid, r->why ? " (held for its probes)" : "");
-		if (!r->why)
-			break;
-		watchdog_start(pid);
-		watchdog_hold(pid, 1);
-		/* the fork of a traced Python: the same interpreter at the same addresses */
-		struct proc *p = proc_start(j, pid, 1, "fork");
-		if (p)
-			debugx("tracing %d, forked by %d", pid, (int)r->hdr.tid);
-		resume(pid);
+		debugx("%d forked %d%s", (int)r->hdr.tid, pid,
+		       (r->why & FORK_HELD) ? " (held from its birth)" : "");
+		if (!(r->why & FORK_HELD))
+			break; /* not seized: followed, its stops made by no one */
+		if (r->why & FORK_OF_PYTHON) {
+			/* the fork of a traced Python: the same interpreter at the same addresses */
+			struct proc *p = proc_start(j, pid, 1, "fork");
+			if (p)
+				debugx("tracing %d, forked by %d", pid, (int)r->hdr.tid);
+		}
+		resume(pid, 0, STOP_PTRACE);
 		break;
 	case FOLLOW_STOPPED: {
-		watchdog_start(pid);
-		watchdog_hold(pid, 1);
+		int how = r->exit_code;
+		if (how == STOP_SIGSTOP) {
+			watchdog_start(pid);
+			watchdog_hold(pid, 1);
+		}
 		struct proc *old = live_proc(j, pid);
 		if (old) { /* a traced process exec'd: its trace ends */
 			session_step(&old->s, 0, 0);
@@ -105,8 +125,9 @@ static int on_follow(void *ctx, void *data, size_t size)
 			old->s.exit_code = -1;
 			proc_end(old);
 		}
-		if (r->why == 2) {
-			follow_look(j, pid);
+		if (r->why == 2 || how == STOP_NONE) {
+			/* at its entry point; or not stopped, so already past it: looked at now */
+			follow_look(j, pid, (pid_t)r->hdr.tid, how);
 			break;
 		}
 		/* exec'd: stop again at the entry point, where its libraries are mapped */
@@ -120,11 +141,12 @@ static int on_follow(void *ctx, void *data, size_t size)
 							   off, "the entry point"))) {
 			elf_file_close(f);
 			debugx("cannot probe the entry point of %d; looking at it now", pid);
-			follow_look(j, pid);
+			follow_look(j, pid, (pid_t)r->hdr.tid, how);
 			break;
 		}
 		elf_file_close(f);
-		resume(pid);
+		j->pending[i].how = how;
+		resume(pid, (pid_t)r->hdr.tid, how);
 		break;
 	}
 	case FOLLOW_EXIT:
@@ -159,6 +181,7 @@ int follow_load(struct job *j)
 	j->fskel = follow_bpf__open();
 	if (j->fskel) {
 		j->fskel->rodata->follow_node = j->node;
+		j->fskel->rodata->tracer_tgid = (uint32_t)getpid();
 		bpf_program__set_autoload(j->fskel->progs.follow_oom, j->node);
 	}
 	if (!j->fskel || follow_bpf__load(j->fskel)) {
@@ -199,8 +222,10 @@ void follow_unload(struct job *j)
 	for (int i = 0; i < PENDING_MAX; i++)
 		if (j->pending[i].pid) {
 			pid_t pid = j->pending[i].pid;
+			int how = j->pending[i].how;
 			pending_drop(j, pid);
-			resume(pid);
+			if (how == STOP_SIGSTOP) /* a ptrace stop ends with the job's release */
+				resume(pid, 0, how);
 		}
 	/* the programs are gone: a stop they made whose record is still in the ring (an
 	 * exec, a fork, an entry point just before) would otherwise stand for good */

@@ -47,6 +47,7 @@ struct job {
 	struct {
 		pid_t pid;
 		struct bpf_link *entry; /* its entry point's probe, between exec and entry */
+		int how;                /* how its exec stopped it (STOP_*) */
 	} pending[PENDING_MAX];
 	pid_t child;       /* launch mode: the command */
 	int child_status, child_done;

@@ -1,7 +1,9 @@
 /* Launch mode: start the command held, follow its execs to the first Python, attach
  * before its first instruction, and return the command's status. The stops at each exec
  * and at the new image's entry point are bpf/follow.bpf.c's (--follow's), for the one
- * process: its exec and entry programs, the command's pid in its `followed` map. */
+ * process: its exec and entry programs, the command's pid in its `followed` map. The
+ * command is seized before it runs (hold.c), so those stops are ptrace stops; where it
+ * cannot be, they are SIGSTOPs, which only evmbpf, its parent, sees. */
 #include "session.h"
 #include "cupti_session.h"
 #include "drivers.h"
@@ -19,6 +21,7 @@
 #include "elfsym.h"
 #include "follow.h"
 #include "follow.skel.h"
+#include "hold.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -26,6 +29,9 @@ struct launch {
 	struct follow_bpf *skel;
 	struct ring_buffer *rb;
 	int stopped;      /* FOLLOW_STOPPED seen: 1 exec, 2 entry point */
+	int how;          /* how it stopped (STOP_*) */
+	pid_t tid;        /* the thread stopped */
+	int seized;       /* the command is seized (hold.c): its stops are ptrace stops */
 	uint64_t dropped; /* stop records the ring had no room for, so far */
 	struct bpf_link *entry;
 };
@@ -34,8 +40,11 @@ static int on_stop(void *ctx, void *data, size_t size)
 {
 	struct launch *l = ctx;
 	const struct follow_rec *r = data;
-	if (size >= sizeof(*r) && r->hdr.kind == FOLLOW_STOPPED)
+	if (size >= sizeof(*r) && r->hdr.kind == FOLLOW_STOPPED) {
 		l->stopped = (int)r->why;
+		l->how = r->exit_code;
+		l->tid = (pid_t)r->hdr.tid;
+	}
 	return 0;
 }
 
@@ -74,9 +83,43 @@ pid_t spawn_held(char **argv, int *go_fd)
 	return pid;
 }
 
+/* The command runs on from its stop. */
+static void launch_resume(struct launch *l, pid_t child)
+{
+	if (l->seized)
+		hold_resume(child);
+	else
+		kill(child, SIGCONT);
+}
+
+/* wait_stop of a seized command: its stops are its records, held in a ptrace stop */
+static int wait_stop_seized(struct launch *l, pid_t child, int *status)
+{
+	for (;;) {
+		l->stopped = 0;
+		int n = ring_buffer__poll(l->rb, 100);
+		if (l->stopped) {
+			if (l->how == STOP_PTRACE && hold_wait(l->tid))
+				debugx("%d did not stop at its hold", child);
+			return 0;
+		}
+		hold_pump();
+		if (hold_leader_exit(child, status))
+			return 1;
+		if (stops_lost(l)) {
+			l->stopped = 1; /* ours: looked at as an exec's (the entry is probed) */
+			return 0;
+		}
+		if (n == -EINTR && stop_signal)
+			kill(child, stop_signal);
+	}
+}
+
 /* Wait for the next stop of the child; 0 stopped, 1 it exited (status in *status). */
 static int wait_stop(struct launch *l, pid_t child, int *status)
 {
+	if (l->seized)
+		return wait_stop_seized(l, child, status);
 	for (;;) {
 		pid_t w = waitpid(child, status, WUNTRACED);
 		if (w < 0) {
@@ -138,6 +181,7 @@ int run_launch(const struct tracer_opts *opts)
 
 	l.skel = follow_bpf__open();
 	if (l.skel) { /* the command's execs only: its forks are not followed (--follow) */
+		l.skel->rodata->tracer_tgid = (uint32_t)getpid();
 		bpf_program__set_autoload(l.skel->progs.follow_fork, false);
 		bpf_program__set_autoload(l.skel->progs.follow_exit, false);
 		bpf_program__set_autoload(l.skel->progs.follow_oom, false);
@@ -161,7 +205,11 @@ int run_launch(const struct tracer_opts *opts)
 		warnx_("cannot start %s: %s", opts->command[0], strerror(errno));
 		goto out;
 	}
-	uint32_t key = (uint32_t)child, followed = FOLLOWED;
+	/* seized before it runs: its stops are then ptrace stops, seen by evmbpf alone */
+	l.seized = !hold_start(child, 0);
+	if (!l.seized)
+		debugx("%s: the command's stops are SIGSTOPs", hold_error());
+	uint32_t key = (uint32_t)child, followed = FOLLOWED | (l.seized ? 0 : FOLLOWED_OWN);
 	if (bpf_map__update_elem(l.skel->maps.followed, &key, sizeof(key), &followed,
 				 sizeof(followed), BPF_ANY)) {
 		warnx_("cannot follow %d: %s", child, strerror(errno));
@@ -170,7 +218,7 @@ int run_launch(const struct tracer_opts *opts)
 		goto out;
 	}
 	/* the child is stopped at each exec until its probes are placed */
-	if (!watchdog_start(child))
+	if (!l.seized && !watchdog_start(child))
 		watchdog_hold(child, 1);
 	if (write(go_fd, "g", 1) != 1) {
 		warnx_("cannot start %s", opts->command[0]);
@@ -191,7 +239,7 @@ int run_launch(const struct tracer_opts *opts)
 			if (attach_entry_point(&l, child))
 				debugx("cannot probe the entry point of %d; looking at it now", child);
 			else {
-				kill(child, SIGCONT);
+				launch_resume(&l, child);
 				continue;
 			}
 		}
@@ -200,12 +248,13 @@ int run_launch(const struct tracer_opts *opts)
 		if (target_is_python(child))
 			break;
 		debugx("pid %d is not Python yet; waiting for its next exec", child);
-		kill(child, SIGCONT);
+		launch_resume(&l, child);
 	}
 	bpf_map__delete_elem(l.skel->maps.followed, &key, sizeof(key), 0);
 	if (session_prepare(&s, child)) {
-		kill(child, SIGCONT);
 		kill(child, SIGKILL);
+		hold_release(child, 0);
+		kill(child, SIGCONT);
 		waitpid(child, &status, 0);
 		session_abandon(&s);
 		goto out;
@@ -215,12 +264,13 @@ int run_launch(const struct tracer_opts *opts)
 		session_finish(&s);
 		unlink(opts->out);
 		kill(child, SIGKILL);
+		hold_release(child, 0);
 		kill(child, SIGCONT);
 		waitpid(child, &status, 0);
 		goto out;
 	}
 	session_announce(&s);
-	kill(child, SIGCONT);
+	launch_resume(&l, child);
 	session_collect(&s, child);
 	if (s.trace.nonfinite) {
 		rc = session_stop_nonfinite(&s, child);
@@ -259,6 +309,7 @@ int run_launch(const struct tracer_opts *opts)
 	}
 	rc = session_finish(&s) ? 1 : exit_code_of(s.exit_code);
 out:
+	hold_release_all(); /* the command runs on, or is gone */
 	bpf_link__destroy(l.entry);
 	bpf_link__destroy(exec_link);
 	ring_buffer__free(l.rb);

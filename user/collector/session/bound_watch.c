@@ -15,6 +15,7 @@
 #include <bpf/bpf.h>
 #include <linux/hw_breakpoint.h>
 
+#include "hold.h"
 #include "hwwatch.h"
 #include "procstate.h"
 #include "util.h"
@@ -109,8 +110,8 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			       "%u (hardware breakpoint: %s): its calls are not traced", r->hdr.tid,
 			       strerror(err));
 	}
-	if (r->flags & REC_F_HELD)
-		continue_held(s->target.pid);
+	if ((r->flags & REC_F_PTRACE) && !hold_wait((pid_t)r->hdr.tid))
+		hold_continue_thread((pid_t)r->hdr.tid); /* armed: it runs on */
 }
 
 int bound_skip(struct session *s, const void *data, size_t size)

@@ -17,8 +17,11 @@ int session_numeric_start(struct session *s)
 {
 	if (!s->opts->trace.numeric || !s->skel)
 		return 0;
-	if (hold_start(s->target.pid))
+	if (!s->seized) { /* session_prepare could not seize it */
+		if (!hold_check(s->target.pid))
+			warnx_("--numeric: %s", hold_error());
 		return -1;
+	}
 	s->ps->numeric_hold = 1;
 	return 0;
 }

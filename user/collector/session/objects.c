@@ -137,6 +137,7 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 {
 	struct target *t = &s->target;
 	skel->rodata->pyo = *t->off;
+	skel->rodata->tracer_tgid = (uint32_t)getpid(); /* the holds: threads evmbpf seized */
 	skel->rodata->phase_rules = s->opts->trace.nrules > 0;
 	memcpy((void *)skel->rodata->layouts, tensor_layouts, sizeof(tensor_layouts));
 	if (getenv("EVMBPF_TEST_WRONG_LAYOUTS")) {

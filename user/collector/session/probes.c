@@ -20,7 +20,6 @@
 #include "samples_watch.h"
 #include "procstate.h"
 #include "util.h"
-#include "watchdog.h"
 
 int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
 {
@@ -65,8 +64,6 @@ int session_load(struct session *s)
 	/* a bound call's return is seen by hardware watchpoints alone: where they do not
 	 * fire, an entry would have no exit, so none is followed (hwwatch.c says so once) */
 	ps->bound_off = !hw_watch_works() || bound_jit(t);
-	if (ps->hold_next && !watchdog_start(t->pid))
-		watchdog_hold(t->pid, 1);
 	/* live before the first probe: a call seen entering is a call of this process */
 	if (session_slot_live(s))
 		return -1;

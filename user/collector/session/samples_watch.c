@@ -27,7 +27,6 @@
 #include "uprobes.h"
 #include "procstate.h"
 #include "util.h"
-#include "watchdog.h"
 
 #define WATCH_MAX 1024
 
@@ -149,8 +148,6 @@ void samples_attach(struct session *s)
 	w->watching = watching;
 	w->markers_wait = markers_wait;
 	s->ps->samples_hold = may_hold;
-	if (s->ps->samples_hold)
-		watchdog_hold(t->pid, 1); /* a hold may come at any time: continued if evmbpf dies */
 	w->exec[0] = attach_uprobe(s->skel->progs.host_exec_enter, 0, t->pid, t->py_open,
 				   t->eval_code_off, "PyEval_EvalCode");
 	w->exec[1] = attach_uprobe(s->skel->progs.host_exec_exit, 1, t->pid, t->py_open,

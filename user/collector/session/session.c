@@ -72,15 +72,12 @@ int session_record(void *ctx, void *data, size_t size)
 			 : (h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) &&
 			   size >= sizeof(struct rec_samples)
 				 ? ((const struct rec_samples *)data)->flags : 0;
-	/* --numeric: the thread stops at its SIGURG just after this record was written */
-	s->trace.held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
+	/* a hold: the thread stops at its SIGURG just after this record was written, and is
+	 * read (its model, code objects, contexts, values) in that stop */
+	int held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
+	s->trace.held = held;
 	if (h->kind == REC_ENTER && (flags & REC_F_HELD) && s->skel)
 		cudamem_session_held(s, h->tid);
-	if ((h->kind == REC_SAMPLES || h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD) &&
-	    !(flags & REC_F_PTRACE))
-		/* read the contexts as the call received them: once the breakpoint's SIGSTOP,
-		 * queued a moment after the trap, has stopped it (continue_held() waits too) */
-		wait_stopped(s->target.pid, 200);
 	trace_record(&s->trace, data, size);
 	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
 		samples_host_record(s, data);
@@ -89,18 +86,17 @@ int session_record(void *ctx, void *data, size_t size)
 	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
 	if (!(s->trace.records & 1023))
 		status_tick(&s->status, &s->trace, s->ps ? s->ps->dropped_records : 0);
-	if ((flags & REC_F_PTRACE) && (flags & REC_F_HELD)) {
-		/* continued by hold_continue() */
-		watchdog_hold(s->target.pid, s->ps->hold_codes || s->ps->samples_hold);
-	} else if ((h->kind == REC_ENTER || h->kind == REC_STACK || h->kind == REC_SAMPLES ||
-		    h->kind == REC_SAMPLES_HOST) && (flags & REC_F_HELD)) {
+	if (held) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
-		if (delay)
+		if (delay && h->kind != REC_EXIT)
 			usleep((useconds_t)atoi(delay) * 1000);
-		continue_held(s->target.pid); /* the model, or the code objects, are read */
-		/* rules, or note_samples, may hold it again */
-		watchdog_hold(s->target.pid, s->ps->hold_codes || s->ps->samples_hold);
+		/* read: it runs on (--stop-on-nonfinite's culprit stays held for its stop) */
+		if (!s->trace.nonfinite)
+			hold_continue_thread((pid_t)h->tid);
 	}
+	/* between records too: the target's signals, exits and new threads wait for this */
+	if (!(s->trace.records & 255))
+		hold_pump();
 	return 0;
 }
 
@@ -118,6 +114,8 @@ static double cpu_s(void)
 void session_abandon(struct session *s)
 {
 	session_detach(s);
+	if (s->seized && !session_follows(s))
+		hold_release(s->target.pid, 0);
 	if (trace_is_open(&s->trace))
 		trace_abandon(&s->trace);
 	ring_buffer__free(s->rb);
@@ -140,6 +138,23 @@ void session_announce(struct session *s)
 	hw_watch_say(); /* what this machine cannot watch: once a run, after the first attach */
 }
 
+/* Seize the target's threads, so that its probes may hold them (hold.c). Where that
+ * cannot be (another tracer holds it, it handles SIGURG, ptrace is refused) it is traced
+ * without holds, and said: its model is then read while it runs. */
+static void session_seize(struct session *s)
+{
+	pid_t pid = s->target.pid;
+	if (!hold_start(pid, session_follows(s))) {
+		s->seized = 1;
+		return;
+	}
+	if (s->opts->trace.numeric)
+		return; /* --numeric refuses it (session_numeric_start) */
+	warnx_("warning: %s: evmbpf traces %d without holding its threads at their probes "
+	       "(its model is read while it runs, so a job that ends within its first module "
+	       "call may lose its module names)", hold_error(), pid);
+}
+
 int session_prepare(struct session *s, pid_t pid)
 {
 	if (target_inspect(&s->target, pid)) {
@@ -147,6 +162,8 @@ int session_prepare(struct session *s, pid_t pid)
 		return -1;
 	}
 	target_identity(&s->target);
+	if (!s->opts->probe_floor)
+		session_seize(s);
 	if (!s->out && s->opts->out && strchr(s->opts->out, '%')) {
 		/* --out's pattern, for one process */
 		static char out[PATH_MAX];
@@ -196,12 +213,12 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		n = ring_buffer__consume(s->rb);
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
 	if (hold_active(s->target.pid) && !s->trace.nonfinite) {
-		/* stops to pass on; then no thread stays held past its records */
+		/* stops to pass on; then no thread stays held without a record to read */
 		hold_pump();
 		if (s->rb)
 			ring_buffer__consume(s->rb);
 		if (!s->trace.nonfinite)
-			hold_continue(s->target.pid);
+			hold_continue_stale(s->target.pid);
 	}
 	if (s->ps && s->ps->dropped_records > s->dropped_reported) {
 		/* where they were lost: after the records read so far */
@@ -222,8 +239,8 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 	}
 	if (child > 0) {
 		int status;
-		pid_t w = hold_active(s->target.pid) ? (hold_leader_exit(s->target.pid, &status) ? child : 0)
-					: waitpid(child, &status, WNOHANG);
+		pid_t w = hold_leader_exit(child, &status) ? child
+			  : hold_active(child) ? 0 : waitpid(child, &status, WNOHANG);
 		if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
 			s->ended = 1;
 			s->exit_code = status;
@@ -304,7 +321,8 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
-	hold_release(s->target.pid, 0); /* --numeric: every thread runs on, untraced */
+	if (!session_follows(s)) /* a followed process is the job's to let go */
+		hold_release(s->target.pid, 0); /* every thread runs on, untraced */
 	uint64_t dropped = s->ps ? s->ps->dropped_records : 0;
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)

@@ -42,6 +42,7 @@ struct session {
 	int discard;      /* evmbpf record: its end needs no trace; session_finish writes none */
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
+	int seized;       /* its threads are PTRACE_SEIZEd (hold.c): its probes may hold them */
 	struct status status; /* the status line and the summary line */
 	struct cudamem cuda;  /* CUDA memory counters: the allocator found in the target */
 };
@@ -49,11 +50,18 @@ struct session {
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */
 extern volatile sig_atomic_t stop_signal;
 
-/* May the target be stopped now (SIGSTOP, while something is read)? Never a terminal's
- * foreground job that evmbpf did not launch. */
+/* May the target's threads be held at their probes (hold.c)? Only when evmbpf has
+ * seized them: a hold is then a ptrace stop that no one but evmbpf sees. */
 static inline int session_may_hold(const struct session *s)
 {
-	return hold_is_safe(s->target.pid, s->opts->launched);
+	return s->seized;
+}
+
+/* Are the processes this session's target starts followed (--follow, evmbpf record)?
+ * Then they are seized at their birth, and the job, not the session, lets them go. */
+static inline int session_follows(const struct session *s)
+{
+	return s->opts->follow || s->opts->mode == TRACE_NODE;
 }
 
 #endif

@@ -1,5 +1,4 @@
-/* The target process's state as /proc and kill(2) show it: gone, stopped, safe to
- * stop. */
+/* The target process's state as /proc and kill(2) show it: gone, stopped. */
 #include "procstate.h"
 
 #include <dirent.h>
@@ -36,43 +35,6 @@ int process_gone(pid_t pid)
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	char state = stat_state(path);
 	return state ? state == 'Z' || state == 'X' : errno == ENOENT;
-}
-
-/* The first module call stops the target until its module tree is read (a model can
- * be gone by the time user space looks, when the job is short). A stop is visible to a
- * shell as job control: never hold a process in a terminal's foreground. */
-int hold_is_safe(pid_t pid, int launched)
-{
-	if (launched)
-		return 1; /* our own child: we are the one that sees its stops */
-	if (kill(pid, 0)) {
-		/* another user's process and no CAP_KILL: a stop evmbpf could not undo */
-		debugx("cannot signal %d (%s): not stopping it while the model is read", pid,
-		       strerror(errno));
-		return 0;
-	}
-	char path[64], line[1024];
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return 0;
-	char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
-	fclose(f);
-	int pgrp = 0, tty = 0, tpgid = 0;
-	if (!p || sscanf(p + 2, "%*c %*d %d %*d %d %d", &pgrp, &tty, &tpgid) != 3)
-		return 0;
-	if (tty != 0 && tpgid == pgrp) {
-		debugx("%d is in a terminal's foreground: not stopping it while the model is read", pid);
-		return 0;
-	}
-	return 1;
-}
-
-/* Every task of pid stopped (state T), or timeout_ms passed. */
-void continue_held(pid_t pid)
-{
-	wait_stopped(pid, 200);
-	kill(pid, SIGCONT);
 }
 
 int wait_stopped(pid_t pid, int timeout_ms)

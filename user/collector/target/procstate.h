@@ -9,17 +9,8 @@
 char stat_state(const char *path);
 /* The process has exited: gone, or a zombie its parent has not reaped yet. */
 int process_gone(pid_t pid);
-/* May evmbpf stop (SIGSTOP) this process for a moment? Not when it is in a terminal's
- * foreground (its shell would see the stop), nor when evmbpf could not resume it.
- * `launched`: evmbpf's own child, whose stops only evmbpf sees. */
-int hold_is_safe(pid_t pid, int launched);
 /* 0 once every task of pid is stopped (state T); -1 after timeout_ms. */
 int wait_stopped(pid_t pid, int timeout_ms);
-/* Continue a target that a probe stopped (SIGSTOP) with its record: once it has stopped.
- * The probe's signal can land after its record is read (a record is seen as soon as it
- * is submitted; from a trap with interrupts off the kernel queues the signal a moment
- * later), and a SIGCONT sent first would leave the stop in place for good. */
-void continue_held(pid_t pid);
 /* The value of NAME in the process's environment (/proc/PID/environ, read whole): 1 with
  * it copied into buf (cut at cap), 0 when it is unset or the file cannot be read. */
 int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap);

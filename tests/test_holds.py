@@ -1,0 +1,234 @@
+"""Holds no one else can see (issue: su, runuser, a WUNTRACED parent, a terminal's
+foreground). Every stop evmbpf makes is a ptrace stop reported to evmbpf alone: a job
+started through su or runuser, or under a parent that waits with WUNTRACED (a batch
+system's step daemon), traced by --pid, by launch, by --follow and by evmbpf record,
+returns at once with its own exit status; no process of it is ever in state T (a
+group-stop), and the WUNTRACED parent is told of no stop."""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from evmbpf_testlib import EVMBPF, HOST_PYTHON, OWN_WORKLOADS, load, wait_for_line
+
+pytestmark = pytest.mark.root
+
+JOB = os.path.join(OWN_WORKLOADS, "holds_job.py")
+WUNTRACED = os.path.join(OWN_WORKLOADS, "wuntraced_parent.py")
+STATUS = 5  # the job's own exit status, which every parent must return
+USER = "nobody"
+
+
+def tree(root):
+    """root and its descendants, now."""
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as handle:
+                todo += [int(x) for x in handle.read().split()]
+        except OSError:
+            pass
+    return pids
+
+
+class StateWatch:
+    """Samples the state of every process of a tree (every 5 ms) until stopped: the
+    processes seen in state T (a group-stop: a parent's wait(2) sees it; "t", a ptrace
+    stop, is evmbpf's alone)."""
+
+    def __init__(self, root):
+        self.root, self.stopped, self.seen = root, set(), set()
+        self._end = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._end.is_set():
+            for pid in tree(self.root):
+                try:
+                    with open(f"/proc/{pid}/stat") as handle:
+                        stat = handle.read()
+                except OSError:
+                    continue
+                state = stat.rsplit(")", 1)[1].split()[0]
+                name = stat[stat.index("(") + 1:stat.rindex(")")]
+                self.seen.add(name)
+                if state == "T":
+                    self.stopped.add(f"{pid} ({name})")
+            time.sleep(0.005)
+
+    def end(self):
+        self._end.set()
+        self._thread.join(5)
+        return self.stopped
+
+
+@pytest.fixture
+def share():
+    """A folder the job's user can read: its go file and the WUNTRACED parent's report."""
+    d = tempfile.mkdtemp(prefix="evmbpf-holds-")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def launcher(kind, argv, report):
+    """argv run as the launcher kind runs a job."""
+    if kind == "su":
+        return ["su", "-s", "/bin/sh", USER, "-c", " ".join(argv)]
+    if kind == "runuser":
+        return ["runuser", "-u", USER, "--", *argv]
+    return [HOST_PYTHON, WUNTRACED, report, "--", *argv]
+
+
+def job_argv(go, wanted=""):
+    return [HOST_PYTHON, os.path.join(wanted, "holds_job.py") if wanted else JOB, go,
+            str(STATUS)]
+
+
+def python_of(root, timeout=30):
+    """The job's Python under root, once it has said it is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in tree(root):
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if len(cmd) > 2 and cmd[1].endswith(b"holds_job.py"):
+                return pid
+        time.sleep(0.02)
+    raise AssertionError("the job's Python never started")
+
+
+def check_parent(kind, report, watch, rc):
+    stopped = watch.end()
+    assert rc == STATUS, f"{kind} returned {rc}, not the job's own status {STATUS}"
+    assert not stopped, f"in state T (a stop a parent can wait for): {sorted(stopped)}"
+    if kind == "wuntraced":
+        lines = open(report).read().split("\n")
+        assert [l for l in lines if l] == [f"exited {STATUS}"], (
+            f"the WUNTRACED parent saw {lines}")
+
+
+def check_trace(path):
+    events = load(path)
+    forwards = [e for e in events if e.get("event") == "forward"]
+    assert len(forwards) == 3, [e.get("event") for e in events]
+
+
+LAUNCHERS = ["su", "runuser", "wuntraced"]
+
+
+@pytest.mark.parametrize("kind", LAUNCHERS)
+def test_pid(evmbpf, share, tmp_path, kind):
+    """--pid on the job's Python: held at its first module call while its model is read,
+    and the parent (su, runuser, a WUNTRACED waiter) neither hangs nor sees a stop."""
+    go, report, out = os.path.join(share, "go"), os.path.join(share, "report"), str(tmp_path / "t.jsonl")
+    job = subprocess.Popen(launcher(kind, job_argv(go), report), stdout=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    watch = StateWatch(job.pid)
+    try:
+        pid = python_of(job.pid)
+        tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out],
+                                  stderr=subprocess.PIPE, text=True)
+        wait_for_line(tracer.stderr, "attached to", 60)
+        open(go, "w").close()
+        rc = job.wait(timeout=60)
+        _, err = tracer.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert tracer.returncode == 0, err
+    check_parent(kind, report, watch, rc)
+    check_trace(out)
+
+
+@pytest.mark.parametrize("kind", LAUNCHERS)
+def test_follow(evmbpf, share, tmp_path, kind):
+    """--follow of the launcher: the job's Python (su's or runuser's child) is seized at
+    its birth, held at its exec and entry point; evmbpf returns the job's status."""
+    report = os.path.join(share, "report")
+    out = str(tmp_path / "t-%p.jsonl")
+    job = subprocess.Popen([evmbpf, "--follow", "--out", out, "--",
+                            *launcher(kind, job_argv("-"), report)],
+                           stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    watch = StateWatch(job.pid)
+    try:
+        _, err = job.communicate(timeout=90)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    check_parent(kind, report, watch, job.returncode)
+    # the WUNTRACED parent is a Python too, followed and traced: it calls no module
+    traces = [p for p in os.listdir(tmp_path) if p.startswith("t-")
+              and any(e.get("event") == "forward" for e in load(str(tmp_path / p)))]
+    assert len(traces) == 1, (os.listdir(tmp_path), err)
+    check_trace(str(tmp_path / traces[0]))
+
+
+@pytest.mark.parametrize("kind", ["su", "wuntraced"])
+def test_launch_under_a_parent(evmbpf, share, tmp_path, kind):
+    """evmbpf launching the job, itself under su or a WUNTRACED parent: the command's
+    stops at its exec and entry point are evmbpf's alone (its own child)."""
+    report, out = os.path.join(share, "report"), str(tmp_path / "t.jsonl")
+    argv = [evmbpf, "--out", out, "--", *job_argv("-")]
+    cmd = (["su", "-s", "/bin/sh", "root", "-c", " ".join(argv)] if kind == "su"
+           else [HOST_PYTHON, WUNTRACED, report, "--", *argv])
+    job = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    watch = StateWatch(job.pid)
+    try:
+        _, err = job.communicate(timeout=90)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    check_parent(kind, report, watch, job.returncode)
+    check_trace(out)
+
+
+WANTED = "evmbpf-wanted"
+
+
+@pytest.mark.parametrize("kind", LAUNCHERS)
+def test_record(evmbpf, share, tmp_path, kind):
+    """evmbpf record --keep-all --match: the job's Python attached at its exec, held at
+    its first module call; su, runuser and the WUNTRACED parent return at once."""
+    wanted = os.path.join(share, WANTED)
+    os.mkdir(wanted)
+    os.chmod(wanted, 0o755)
+    shutil.copy(JOB, wanted)
+    go, report, traces = os.path.join(share, "go"), os.path.join(share, "report"), tmp_path / "traces"
+    traces.mkdir(mode=0o700)
+    env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(tmp_path / "pid"))
+    rec = subprocess.Popen([evmbpf, "record", "--dir", str(traces), "--keep-all", "--match",
+                            WANTED], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for_line(rec.stderr, "recording", 120)
+        job = subprocess.Popen(launcher(kind, job_argv(go, wanted), report),
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+        watch = StateWatch(job.pid)
+        pid = python_of(job.pid)
+        wait_for_line(rec.stderr, f"attached to {pid} ", 60)
+        open(go, "w").close()
+        try:
+            rc = job.wait(timeout=60)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+        wait_for_line(rec.stderr, f"{pid}: trace in", 60)
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        rec.wait(timeout=60)
+    check_parent(kind, report, watch, rc)
+    files = [p for p in os.listdir(traces) if re.match(rf"evmbpf-{pid}\b", p)]
+    assert len(files) == 1, os.listdir(traces)
+    check_trace(str(traces / files[0]))

@@ -359,8 +359,31 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		if (i < st->nsites && st->next_at[i] == next_at)
 			site = i;
 	if (site < 0) {
-		__u32 n = st->nsites;
-		if (n >= BOUND_SITES) {
+		__u32 slots = ps->bound_slots && ps->bound_slots < BOUND_SITES ? ps->bound_slots
+									      : BOUND_SITES;
+		int n = -1;
+		if (st->nsites < slots) {
+			n = st->nsites;
+			st->nsites = n + 1;
+		} else {
+			/* every slot holds a site: the least recently called one that no open call
+			 * returns to is watched for this one instead (only the calls open at once
+			 * need watching) */
+			__u32 best = 0xffffffff;
+			for (int i = 0; i < BOUND_SITES; i++) {
+				if (i >= slots)
+					break;
+				int busy = 0;
+				for (int k = 0; k < BOUND_OPEN; k++)
+					if (k < st->nopen && st->open[k].next == st->next_at[i])
+						busy = 1;
+				if (!busy && st->used[i] < best) {
+					best = st->used[i];
+					n = i;
+				}
+			}
+		}
+		if (n < 0) {
 			if (!st->full_said) {
 				st->full_said = 1;
 				bound_site_record(st, call_at, next_at, code, BOUND_SITE_F_FULL << 8);
@@ -371,14 +394,26 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 		st->call_at[n] = call_at;
 		st->next_at[n] = next_at;
 		st->state[n] = 0;
-		st->nsites = n + 1;
+		site = n;
 		/* the outer of two: the inner's site, found right after in this probe's chain,
-		 * holds the target while both are armed (or, known already, does not) */
+		 * holds the thread while both are armed (known already, it holds it for the
+		 * outer's alone: BOUND_SITE_F_SYNC) */
 		__u8 hold = ps->bound_hold && !st->outer && hold_thread();
-		bound_site_record(st, call_at, next_at, code, hold ? REC_F_HELD | REC_F_PTRACE : 0);
+		if (st->outer)
+			st->outer_new = 1;
+		else
+			st->outer_new = 0;
+		bound_site_record(st, call_at, next_at, code,
+				  (hold ? REC_F_HELD | REC_F_PTRACE : 0) | ((__u32)n << 16));
 	} else if (st->state[site & (BOUND_SITES - 1)] == BOUND_FAILED) {
 		return 0;
+	} else if (!st->outer && st->outer_new) {
+		st->outer_new = 0;
+		if (ps->bound_hold && hold_thread())
+			bound_site_record(st, 0, 0, code,
+					  REC_F_HELD | REC_F_PTRACE | (BOUND_SITE_F_SYNC << 8));
 	}
+	st->used[site & (BOUND_SITES - 1)] = ++st->clock;
 
 	if (!st->outer) /* the outer of two: bound_outer writes its entry */
 		bound_enter_record(self);

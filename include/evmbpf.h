@@ -287,7 +287,9 @@ struct rec_orphan {
  * point) get a hardware watchpoint each on that thread (user space: perf_event_open),
  * whose BPF program sees the call begin and return. Per thread, keyed by tid; user space
  * sets a site's state. */
-#define BOUND_SITES 2 /* call + return watchpoints each: x86 has 4 debug registers */
+#define BOUND_SITES 2 /* sites watched at once (call + return watchpoints each: x86 has 4
+		       * debug registers); a new site takes the least recently used slot
+		       * with no call open from it */
 #define BOUND_OPEN 4  /* bound calls open at once on a thread (nested: a root and submodules) */
 #define BOUND_ARMED 1
 #define BOUND_FAILED 2
@@ -310,7 +312,11 @@ struct bound_thread {
 	__u8 full_said;
 	__u8 nested_said;
 	__u8 outer;  /* opening the outer of two bound calls entered one right inside the other */
-	__u8 pad[3];
+	__u8 outer_new; /* and its site is new, told to user space without a hold */
+	__u8 pad[2];
+	__u32 used[BOUND_SITES]; /* when a slot's site was last called from (clock) */
+	__u32 clock;
+	__u32 pad2;
 };
 struct rec_bound_enter {
 	struct rec_hdr hdr;
@@ -321,12 +327,14 @@ struct rec_bound_enter {
 #define BOUND_SITE_F_NESTED 2u /* two bound calls found at one module call: not traced (the
 				* tail call to bound_outer failed) */
 #define BOUND_SITE_F_DEEP 4u /* more than BOUND_OPEN bound calls open: not traced */
+#define BOUND_SITE_F_SYNC 8u /* no site: the thread is held until the site told just before
+			      * (the outer of two nested bound calls) is armed */
 struct rec_bound_site {
 	struct rec_hdr hdr;
 	__u64 call_at;
 	__u64 next_at;
 	__u64 code;   /* the caller's code object */
-	__u32 flags;  /* REC_F_HELD, BOUND_SITE_F_FULL << 8 */
+	__u32 flags;  /* REC_F_HELD, REC_F_PTRACE, BOUND_SITE_F_* << 8, the slot << 16 */
 	__u32 pad;
 };
 struct rec_module_type {

@@ -39,6 +39,7 @@ struct proc_state {
 	__u32 numeric_hold;
 	__u32 bound_hold;
 	__u32 bound_off;
+	__u32 bound_slots; /* sites a thread may have watched at once (0: BOUND_SITES) */
 	__u32 samples_hold;
 	__u64 samples_code;
 	/* what the probes learnt of this process */

@@ -1,9 +1,13 @@
 /* Modules called through a bound __call__ (bpf/bound.bpf.h): each new call site the BPF
  * side finds gets two hardware watchpoints on that thread, on its call instruction and
- * on the instruction after it, with bound_trap on both. The target was stopped for it
- * (where a hold is safe) and is continued once they are in place. Nothing is written to
- * the target: the debug registers belong to the kernel's view of the thread, and the
- * watchpoints go with the other probes (or with evmbpf's file descriptors, if it dies). */
+ * on the instruction after it, with bound_trap on both, in one of the thread's slots
+ * (BOUND_SITES: x86 has 4 debug registers). A site that takes a slot another site held
+ * (the least recently called one with no call open from it) replaces that site's
+ * watchpoints: any number of sites, as long as no more calls are open at once than
+ * there are slots. The thread was held for it (hold.c) and is continued once they are in
+ * place. Nothing is written to the target: the debug registers belong to the kernel's
+ * view of the thread, and the watchpoints go with the other probes (or with evmbpf's
+ * file descriptors, if it dies). */
 #include "bound_watch.h"
 
 #include <errno.h>
@@ -26,7 +30,8 @@
  * detach removes its own and leaves the others' armed */
 static struct {
 	struct bpf_link *link;
-	pid_t pid;
+	pid_t pid, tid;
+	int slot; /* the thread's site slot (bound_thread's), 2 links each */
 } links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
@@ -64,12 +69,19 @@ static void set_state(struct session *s, uint32_t tid, uint64_t next_at, uint8_t
 
 void bound_site(struct session *s, const struct rec_bound_site *r)
 {
+	if ((r->flags >> 8) & BOUND_SITE_F_SYNC) {
+		/* the site told just before is armed: the thread held for it runs on */
+		if ((r->flags & REC_F_PTRACE) && !hold_wait((pid_t)r->hdr.tid))
+			hold_continue_thread((pid_t)r->hdr.tid);
+		return;
+	}
 	if ((r->flags >> 8) & BOUND_SITE_F_FULL) {
 		if (!said_full++)
-			warnx_("warning: thread %u calls a bound Module.__call__ (e.g. `step = "
-			       "model.__call__; step(x)`) from more than %d places, and x86 has 4 debug "
-			       "registers: calls from the others are not traced (see docs/design.md)",
-			       r->hdr.tid, BOUND_SITES);
+			warnx_("warning: thread %u has more bound Module.__call__ calls (e.g. `step = "
+			       "model.__call__; step(x)`) open at once than it has debug registers "
+			       "to watch their returns (x86 has 4, two a call site, and evalmetry's "
+			       "note_samples takes one): a call from a new site while those are "
+			       "open is not traced (see docs/design.md)", r->hdr.tid);
 		return;
 	}
 	if ((r->flags >> 8) & BOUND_SITE_F_NESTED) {
@@ -86,6 +98,20 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			       "docs/design.md)", r->hdr.tid, BOUND_OPEN);
 		return;
 	}
+	int slot = (int)((r->flags >> 16) & 0xff);
+	/* the slot's former site: its watchpoints go (no call is open from it) */
+	int kept = 0, freed = 0;
+	for (int i = 0; i < nlinks; i++)
+		if (links[i].pid == s->target.pid && links[i].tid == (pid_t)r->hdr.tid &&
+		    links[i].slot == slot) {
+			bpf_link__destroy(links[i].link);
+			freed++;
+		} else {
+			links[kept++] = links[i];
+		}
+	nlinks = kept;
+	if (freed)
+		debugx("thread %u: site slot %d watched for another call site", r->hdr.tid, slot);
 	struct bpf_link *call = NULL, *ret = NULL;
 	if (nlinks + 2 <= BOUND_LINKS_MAX) {
 		call = watch(s, r->hdr.tid, r->call_at);
@@ -94,8 +120,12 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 		errno = ENOSPC;
 	}
 	if (call && ret) {
-		links[nlinks].link = call, links[nlinks++].pid = s->target.pid;
-		links[nlinks].link = ret, links[nlinks++].pid = s->target.pid;
+		for (int i = 0; i < 2; i++) {
+			links[nlinks].link = i ? ret : call;
+			links[nlinks].pid = s->target.pid;
+			links[nlinks].tid = (pid_t)r->hdr.tid;
+			links[nlinks++].slot = slot;
+		}
 		set_state(s, r->hdr.tid, r->next_at, BOUND_ARMED);
 		debugx("thread %u: a bound Module.__call__ called at %#lx, returning to %#lx: watched",
 		       r->hdr.tid, (unsigned long)r->call_at, (unsigned long)r->next_at);

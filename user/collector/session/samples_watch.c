@@ -92,6 +92,9 @@ static void arm(struct session *s, uint64_t globals)
 			return;
 		addr = code + basic;
 	}
+	/* its debug register, on every thread: the bound-call sites have one slot (two
+	 * registers) left of the four */
+	s->ps->bound_slots = 1;
 	char dir[64];
 	snprintf(dir, sizeof(dir), "/proc/%d/task", t->pid);
 	DIR *d = opendir(dir);
@@ -113,8 +116,10 @@ static void arm(struct session *s, uint64_t globals)
 		warnx_("note: note_samples() is not watched on %d of the target's %d threads (%s): "
 		       "documents it declares there are not in the trace", failed, failed + armed,
 		       strerror(err));
-	if (!armed)
+	if (!armed) {
+		s->ps->bound_slots = 0;
 		return;
+	}
 	w->code = code;
 	s->ps->samples_code = code;
 	debugx("note_samples watched at %#lx on %d threads", (unsigned long)addr, armed);

@@ -388,6 +388,16 @@ static void handle(pid_t tid, int status)
 		t->state = T_HELD; /* stopped as we wanted: its signal goes with it when it runs */
 		t->sig = sig;
 	} else {
+		if (sig == SIGTRAP) {
+			/* a breakpoint trap of no one's in a traced process kills it: a probe or a
+			 * watch left where the kernel no longer knows it. Said, so that it can be
+			 * found; delivered, as it would be without evmbpf. */
+			siginfo_t si;
+			memset(&si, 0, sizeof(si));
+			ptrace(PTRACE_GETSIGINFO, tid, 0, &si);
+			warnx_("warning: thread %d of %d received SIGTRAP (si_code %d, at %p): passed "
+			       "on", tid, t->leader, si.si_code, si.si_addr);
+		}
 		ptrace(PTRACE_CONT, tid, 0, (void *)(long)sig); /* not ours: delivered */
 	}
 }

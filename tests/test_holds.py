@@ -232,3 +232,53 @@ def test_record(evmbpf, share, tmp_path, kind):
     files = [p for p in os.listdir(traces) if re.match(rf"evmbpf-{pid}\b", p)]
     assert len(files) == 1, os.listdir(traces)
     check_trace(str(traces / files[0]))
+
+
+# ---------------------------------------------------------------- no target killed
+
+STRESS_RUNS = int(os.environ.get("EVMBPF_SIGTRAP_RUNS", "6"))
+FAMILIES = ["host", "pyenv3.9", "pyenv3.10", "pyenv3.12", "pyenv3.13"]
+
+
+def short_target(where):
+    from evmbpf_testlib import cell_target
+    return cell_target(where)
+
+
+@pytest.mark.parametrize("where", FAMILIES)
+def test_no_target_killed(evmbpf, tmp_path, where):
+    """Short runs, launched and attached by --pid at a random moment and detached
+    (SIGINT) at another, each interpreter family: no target ends by SIGTRAP (a probe
+    or a watchpoint left where the kernel no longer knows it), none is left stopped,
+    and evmbpf never says a traced thread received SIGTRAP. EVMBPF_SIGTRAP_RUNS sets
+    the runs per family (6 here; 40 gives the issue's loop of 200)."""
+    import random
+    from evmbpf_testlib import REF_WORKLOADS, RUN_WORKLOAD  # noqa: F401
+    target = short_target(where)
+    workload = os.path.join(OWN_WORKLOADS, "phases_any.py")
+    rng = random.Random(1234)
+    for i in range(STRESS_RUNS):
+        out = str(tmp_path / f"{i}.jsonl")
+        if i % 2 == 0:
+            result = target.launch(workload, out, evmbpf_args=["--force"])
+            assert result.returncode == 0, f"run {i}: rc {result.returncode}: {result.stderr}"
+            assert "SIGTRAP" not in result.stderr, result.stderr
+            continue
+        proc = subprocess.Popen(target.cmd(workload), env=target.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.0, 1.2))
+        tracer = subprocess.Popen([evmbpf, "--pid", str(proc.pid), "--out", out, "--force"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(rng.uniform(0.0, 1.0))
+        tracer.send_signal(signal.SIGINT)
+        try:
+            _, terr = tracer.communicate(timeout=60)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            for p in (tracer, proc):
+                if p.poll() is None:
+                    p.kill()
+        assert proc.returncode == 0, (
+            f"run {i}: the target ended with {proc.returncode} (-5: SIGTRAP):\n{err[-2000:]}"
+            f"\nevmbpf: {terr}")
+        assert "SIGTRAP" not in terr, terr

@@ -542,47 +542,75 @@ int hold_leader_exit(pid_t pid, int *status)
 	return 0;
 }
 
+/* A report of pid's threads while they are let go: each stop is where it is detached
+ * from (a signal on its way goes with it: ours, SIGURG, and traps do not), an exit is
+ * taken in (a zombie leader is reapable once its other threads are). */
+static void release_handle(pid_t pid, pid_t w, int status)
+{
+	struct thread *t = thread_of(w);
+	if (!t || t->leader != pid) {
+		handle(w, status); /* another process's, or a new one's */
+		return;
+	}
+	if (WIFEXITED(status) || WIFSIGNALED(status)) {
+		t->state = T_GONE;
+		if (w == pid)
+			reaped_add(pid, status);
+		return;
+	}
+	if (!WIFSTOPPED(status))
+		return;
+	int sig = WSTOPSIG(status), event = status >> 16;
+	if (event == PTRACE_EVENT_CLONE) {
+		unsigned long child = 0;
+		if (!ptrace(PTRACE_GETEVENTMSG, w, 0, &child) && child)
+			thread_add((pid_t)child, pid); /* its first stop comes: detached there */
+		t = thread_of(w);
+	}
+	t->state = T_HELD;
+	t->sig = !event && sig != SIGURG && sig != SIGTRAP ? sig : 0;
+}
+
 void hold_release(pid_t pid, int stop_target)
 {
 	if (!leader_of(pid))
 		return;
 	if (stop_target)
 		kill(pid, SIGSTOP); /* pending before any held thread runs again */
-	for (size_t i = 0; i < nthreads; i++) {
-		pid_t tid = threads[i].tid;
-		if (threads[i].leader != pid || threads[i].state == T_GONE)
-			continue;
-		if (threads[i].state == T_HELD) {
-			ptrace(PTRACE_DETACH, tid, 0, (void *)(long)threads[i].sig);
-			continue;
-		}
-		/* a running thread must be in a ptrace-stop to be detached */
-		if (ptrace(PTRACE_INTERRUPT, tid, 0, 0))
-			continue; /* gone */
-		for (;;) {
-			int status;
-			pid_t w = waitpid(tid, &status, __WALL);
-			if (w < 0 && errno == EINTR)
+	/* a running thread must be in a ptrace stop to be detached */
+	for (size_t i = 0; i < nthreads; i++)
+		if (threads[i].leader == pid && threads[i].state == T_RUNNING &&
+		    ptrace(PTRACE_INTERRUPT, threads[i].tid, 0, 0) && errno == ESRCH &&
+		    kill(threads[i].tid, 0))
+			threads[i].state = T_GONE; /* gone, reaped by someone */
+	/* until each is detached or has exited; bounded: a thread that never stops (its
+	 * exit not reported) is left to the kernel, which detaches it when evmbpf exits */
+	uint64_t deadline = now_ns() + 2000000000ull;
+	for (;;) {
+		int left = 0;
+		for (size_t i = 0; i < nthreads; i++) {
+			struct thread *t = &threads[i];
+			if (t->leader != pid || t->state == T_GONE)
 				continue;
-			if (w < 0 || WIFEXITED(status) || WIFSIGNALED(status)) {
-				if (w == pid)
-					reaped_add(pid, status);
-				break;
+			if (t->state == T_HELD) {
+				if (!ptrace(PTRACE_DETACH, t->tid, 0, (void *)(long)t->sig)) {
+					t->state = T_GONE;
+					continue;
+				}
+				t->state = T_RUNNING; /* not in a stop after all (a zombie): its exit comes */
 			}
-			int sig = WSTOPSIG(status), event = status >> 16;
-			if (event == PTRACE_EVENT_CLONE || event == PTRACE_EVENT_FORK ||
-			    event == PTRACE_EVENT_VFORK) {
-				unsigned long child = 0;
-				if (!ptrace(PTRACE_GETEVENTMSG, tid, 0, &child) && child &&
-				    event == PTRACE_EVENT_CLONE)
-					thread_add((pid_t)child, pid);
-				/* a fork child, seized at its birth, is met at its first stop */
-			}
-			/* a signal on its way is delivered; ours (SIGURG) and traps are not */
-			ptrace(PTRACE_DETACH, tid, 0,
-			       (void *)(long)(!event && sig != SIGURG ? sig : 0));
-			break;
+			left++;
 		}
+		if (!left || now_ns() > deadline)
+			break;
+		int status;
+		pid_t w = waitpid(-1, &status, __WALL | WNOHANG);
+		if (w > 0)
+			release_handle(pid, w, status);
+		else if (w < 0 && errno == ECHILD)
+			break;
+		else
+			usleep(200);
 	}
 	forget(pid);
 }

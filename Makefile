@@ -67,7 +67,7 @@ $(BUILD)/user/collector/gpu/cupti_stats.o: INCS := -Iuser/common $(COLLECTOR_INC
 
 .DELETE_ON_ERROR:
 .SECONDARY: $(BPF_OBJS)
-.PHONY: all clean test test-matrix demo bench install deps fuzz check-deps static
+.PHONY: all clean test test-matrix test-stress demo bench install deps fuzz check-deps static
 
 all: $(BUILD)/evmbpf agent test-aids
 
@@ -234,6 +234,12 @@ test: deps
 test-matrix: deps
 	$(MAKE) all
 	EVMBPF_FULL_MATRIX=1 $(PYTHON) -m pytest -q tests/test_matrix.py $(PYTEST_ARGS)
+
+# The fidelity matrix, the holds and the bound calls with twice as many busy loops as
+# CPUs beside them (tests/conftest.py's stress fixture): traces compared on a starved machine
+test-stress: deps
+	$(MAKE) all
+	EVMBPF_STRESS=1 $(PYTHON) -m pytest -q tests/test_matrix.py tests/test_holds.py tests/test_bound.py $(PYTEST_ARGS)
 
 demo: deps
 	$(MAKE) all

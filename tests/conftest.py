@@ -67,3 +67,22 @@ def full_trace(server, tmp_path_factory):
     with open(done) as handle:
         checksum = handle.read()
     return events, checksum
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stress():
+    """EVMBPF_STRESS=1 (make test-stress): twice as many busy loops as CPUs run beside
+    every test, so that the traces are compared with the reference's on a starved
+    machine (holds, attach windows and bound-call sites under load)."""
+    import subprocess
+    if os.environ.get("EVMBPF_STRESS") != "1":
+        yield
+        return
+    loops = [subprocess.Popen(["/bin/sh", "-c", "while :; do :; done"])
+             for _ in range(2 * (os.cpu_count() or 1))]
+    try:
+        yield
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()

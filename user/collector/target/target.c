@@ -578,4 +578,7 @@ int target_ns_pid(pid_t pid)
 void target_identity(struct target *t)
 {
 	proc_identity(t->pid, &t->ppid, t->rank);
+	if (target_creds(t->pid, &t->creds))
+		debugx("%d: its uid, gid and groups cannot be read: no source line of its "
+		       "tracebacks is read", t->pid);
 }

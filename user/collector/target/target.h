@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "asuser.h"
 #include "procmem.h"
 
 struct target {
@@ -48,6 +49,7 @@ struct target {
 	int root_fd;                  /* the target's root directory, kept open: source lines */
 	int ppid;                     /* its parent, when it was inspected */
 	char rank[16];                /* RANK, else LOCAL_RANK, of its environment: digits, or "" */
+	struct target_creds creds;    /* its rights at the attach: the files it names are read so */
 };
 
 /* Fill t for a running pid. On failure prints one line naming the problem and what to

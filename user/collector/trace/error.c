@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "asuser.h"
 #include "jsonw.h"
 #include "phases.h"
 #include "pyframes.h"
@@ -21,32 +22,14 @@
 #include "trace_writer.h"
 #include "cudamem.h"
 
-/* The source line lineno of file (read through the target's root), as linecache gives
- * it (with its newline); NULL when it cannot be read. */
+/* The source line lineno of file (read through the target's root, with the target's own
+ * rights: target/asuser.c), as linecache gives it (with its newline); NULL when it
+ * cannot be read. */
 static char *raw_line(struct trace *t, const char *file, int lineno)
 {
 	if (lineno <= 0 || file[0] != '/' || t->target->root_fd < 0)
 		return NULL;
-	int fd = openat(t->target->root_fd, file + 1, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return NULL;
-	FILE *f = fdopen(fd, "r");
-	if (!f) {
-		close(fd);
-		return NULL;
-	}
-	char *line = NULL, *found = NULL;
-	size_t cap = 0;
-	int n = 0;
-	while (getline(&line, &cap, f) >= 0)
-		if (++n == lineno) {
-			found = line;
-			line = NULL;
-			break;
-		}
-	free(line);
-	fclose(f);
-	return found;
+	return read_line_as_target(&t->target->creds, t->target->root_fd, file + 1, lineno);
 }
 
 static int is_space(char c)

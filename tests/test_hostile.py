@@ -1,0 +1,116 @@
+"""The recorder and the tracer run as root and read every user's processes: what a
+traced process names is hostile input. A traceback's file names come from the process
+(`compile(src, PATH, "exec")`): evmbpf reads a source line with the target's own rights
+(a child of evmbpf with its uid, gid and groups), a regular file only, opened without
+blocking, bounded in size and time. Each case runs the process as nobody, traced by
+--pid."""
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from evmbpf_testlib import EVMBPF, HOST_PYTHON, OWN_WORKLOADS, load, wait_for_line
+
+pytestmark = pytest.mark.root
+
+WORKLOAD = os.path.join(OWN_WORKLOADS, "hostile_traceback.py")
+
+
+@pytest.fixture
+def share():
+    d = tempfile.mkdtemp(prefix="evmbpf-hostile-")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def traced_as_nobody(evmbpf, share, named, out, swap=()):
+    """The workload as nobody naming `named`, evmbpf --pid on it, released; returns
+    (target, tracer)."""
+    go = os.path.join(share, "go")
+    target = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, WORKLOAD, named,
+                               go, *swap], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, start_new_session=True)
+    line = target.stdout.readline()
+    pid = int(line.split("=")[1])
+    tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out],
+                              stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, "attached to", 60)
+    open(go, "w").close()
+    return target, tracer
+
+
+def finished(target, tracer, timeout=60):
+    """The target's end, then evmbpf's (it writes the error event as the trace ends):
+    evmbpf's stderr; a tracer still running after timeout s fails."""
+    try:
+        target.wait(timeout=timeout)
+        _, err = tracer.communicate(timeout=timeout)
+    finally:
+        for p in (target, tracer):
+            if p.poll() is None:
+                p.kill()
+    return err
+
+
+def error_event(out):
+    events = [e for e in load(out) if e["event"] == "error"]
+    assert len(events) == 1, events
+    return events[0]
+
+
+def prepared(share, name, make):
+    """share/name a regular file (what the target's own traceback reads), and share/name.next
+    made by make(): moved over it once that traceback is printed."""
+    path = os.path.join(share, name)
+    with open(path, "w") as handle:
+        handle.write("line one\nline two\n")
+    os.chmod(path, 0o666)
+    make(path + ".next")
+    return path, (path + ".next",)
+
+
+def test_root_only_file_is_not_read(evmbpf, share, tmp_path):
+    """A root-only file named by nobody's traceback: its line is not in the trace (nobody
+    cannot read it); the lines of the files nobody can read are."""
+    secret = os.path.join(share, "secret")
+    with open(secret, "w") as handle:
+        handle.write("line one\nTHE-SECRET-LINE\n")
+    os.chmod(secret, 0o600)
+    out = str(tmp_path / "t.jsonl")
+    target, tracer = traced_as_nobody(evmbpf, share, secret, out)
+    err = finished(target, tracer)
+    text = "".join(error_event(out)["traceback"])
+    assert "THE-SECRET-LINE" not in text, text
+    assert f'File "{secret}", line 2, in f\n' in text, (text, err)
+    assert "M()(torch.zeros(1))" in text, text  # the workload's own line: nobody reads it
+
+
+def test_fifo_does_not_block(evmbpf, share, tmp_path):
+    """The file a traceback names is a FIFO by the time evmbpf reads it (no writer): not
+    opened for reading, which would block evmbpf; the trace ends at once."""
+    path, swap = prepared(share, "fifo", lambda p: os.mkfifo(p, 0o666))
+    out = str(tmp_path / "t.jsonl")
+    target, tracer = traced_as_nobody(evmbpf, share, path, out, swap)
+    finished(target, tracer)
+    text = "".join(error_event(out)["traceback"])
+    assert f'File "{path}", line 2, in f\n' in text, text
+    assert "line two" not in text
+
+
+def test_dev_zero_is_not_read(evmbpf, share, tmp_path):
+    """The file a traceback names is a link to /dev/zero by the time evmbpf reads it: not
+    a regular file, never read; evmbpf's memory stays what a trace needs."""
+    path, swap = prepared(share, "zero", lambda p: os.symlink("/dev/zero", p))
+    out = str(tmp_path / "t.jsonl")
+    target, tracer = traced_as_nobody(evmbpf, share, path, out, swap)
+    finished(target, tracer)
+    text = "".join(error_event(out)["traceback"])
+    assert f'File "{path}", line 2, in f\n' in text, text
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert usage.ru_maxrss < 400 * 1024, f"a child's peak resident size: {usage.ru_maxrss} kB"

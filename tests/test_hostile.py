@@ -114,3 +114,26 @@ def test_dev_zero_is_not_read(evmbpf, share, tmp_path):
     assert f'File "{path}", line 2, in f\n' in text, text
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert usage.ru_maxrss < 400 * 1024, f"a child's peak resident size: {usage.ru_maxrss} kB"
+
+
+@pytest.mark.parametrize("how", ["writable", "sticky", "owned", "parent"])
+def test_record_dir_others_can_write_is_refused(evmbpf, tmp_path, how):
+    """evmbpf record --dir a folder someone else can write (0777, even sticky), one not
+    owned by root, or one inside a folder another user owns: refused at once, named,
+    nothing started."""
+    folder = tmp_path / "traces"
+    folder.mkdir(mode=0o755)
+    if how == "writable":
+        folder.chmod(0o777)
+    elif how == "sticky":
+        folder.chmod(0o1777)
+    elif how == "owned":
+        os.chown(folder, 65534, 65534)
+    else:
+        os.chown(tmp_path, 65534, 65534)
+    env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(tmp_path / "pid"))
+    result = subprocess.run([evmbpf, "record", "--dir", str(folder)], capture_output=True,
+                            text=True, timeout=30, env=env)
+    assert result.returncode == 1, result.stderr
+    assert "use a folder that only root can write" in result.stderr, result.stderr
+    assert "recording" not in result.stderr

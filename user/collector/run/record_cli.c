@@ -50,11 +50,49 @@ static const char usage[] =
 	"  -h, --help             this text\n";
 
 /* DIR: a directory evmbpf may write in, made when its parent exists. */
+/* The recorder writes every user's traces into --dir as root: a folder anyone else can
+ * write (or any folder above it that anyone else can rename it in) would let them take
+ * a trace's name first, or put another folder in its place. Each of dir and the folders
+ * above it: owned by root, and written by no one else (a folder above it may be
+ * sticky: /tmp). 0, or -1 with the reason said. */
+static int check_dir_owner(const char *dir)
+{
+	char path[PATH_MAX];
+	if (!realpath(dir, path)) {
+		warnx_("--dir %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	for (int first = 1;; first = 0) {
+		struct stat st;
+		if (lstat(path, &st)) {
+			warnx_("--dir %s: %s: %s", dir, path, strerror(errno));
+			return -1;
+		}
+		int others = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+		if (st.st_uid != 0 || (others && (first || !(st.st_mode & S_ISVTX)))) {
+			warnx_("--dir %s: %s is %s: whoever can write there can take a trace's name "
+			       "first, or put another folder in its place; use a folder that only "
+			       "root can write (chown root, chmod go-w)", dir, path,
+			       st.st_uid != 0 ? "not owned by root" : "writable by others than root");
+			return -1;
+		}
+		char *slash = strrchr(path, '/');
+		if (!slash || slash == path) {
+			if (slash && path[1]) { /* the root folder itself is the last one */
+				path[1] = 0;
+				continue;
+			}
+			return 0;
+		}
+		*slash = 0;
+	}
+}
+
 static int check_dir(const char *dir)
 {
 	struct stat st;
 	if (stat(dir, &st) && errno == ENOENT && mkdir(dir, 0755) == 0)
-		return 0;
+		return check_dir_owner(dir);
 	if (stat(dir, &st)) {
 		warnx_("--dir %s: %s", dir, strerror(errno));
 		return -1;
@@ -67,7 +105,7 @@ static int check_dir(const char *dir)
 		warnx_("--dir %s cannot be written: %s", dir, strerror(errno));
 		return -1;
 	}
-	return 0;
+	return check_dir_owner(dir);
 }
 
 enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_KEEP, OPT_NUMERIC, OPT_STOP,

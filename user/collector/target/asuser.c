@@ -4,8 +4,8 @@
  * (line 1 of a root-only file into that user's own trace), block evmbpf in the open of
  * a FIFO, or feed it /dev/zero without end. So the read runs in a child of evmbpf that
  * has taken the target's uid, gid and groups (from /proc/PID/status, read at its
- * attach), opens the name through the target's root without blocking, refuses anything
- * but a regular file, reads at most SOURCE_READ_MAX bytes, and hands one line back
+ * attach), looks the name up through the target's root (O_PATH: no device or FIFO is
+ * opened), refuses anything but a regular file, opens that inode without blocking, reads at most SOURCE_READ_MAX bytes, and hands one line back
  * through a pipe; evmbpf waits for it SOURCE_WAIT_MS at most and kills it then. */
 #include "asuser.h"
 
@@ -73,8 +73,15 @@ static void child_read(int out, const struct target_creds *c, int root_fd, const
 	if (setgroups((size_t)c->ngroups, c->groups) || setresgid(c->gid, c->gid, c->gid) ||
 	    setresuid(c->uid, c->uid, c->uid))
 		_exit(2);
-	int fd = openat(root_fd, path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	/* looked at before it is opened: an O_PATH descriptor opens no device and no FIFO;
+	 * a regular file's inode is then opened through it (it cannot become another) */
+	int at = openat(root_fd, path, O_PATH | O_CLOEXEC);
 	struct stat st;
+	if (at < 0 || fstat(at, &st) || !S_ISREG(st.st_mode))
+		_exit(3);
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", at);
+	int fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
 		_exit(3);
 	static char buf[1 << 16];

@@ -5,7 +5,6 @@ traced process names is hostile input. A traceback's file names come from the pr
 blocking, bounded in size and time. Each case runs the process as nobody, traced by
 --pid."""
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -30,15 +29,16 @@ def share():
 
 
 def traced_as_nobody(evmbpf, share, named, out, swap=()):
-    """The workload as nobody naming `named`, evmbpf --pid on it, released; returns
-    (target, tracer)."""
+    """The workload as nobody naming `named`, evmbpf --pid on it (its --stats in
+    out + ".stats"), released; returns (target, tracer)."""
     go = os.path.join(share, "go")
     target = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, WORKLOAD, named,
                                go, *swap], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                               text=True, start_new_session=True)
     line = target.stdout.readline()
     pid = int(line.split("=")[1])
-    tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out],
+    tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out, "--stats",
+                               out + ".stats"],
                               stderr=subprocess.PIPE, text=True)
     wait_for_line(tracer.stderr, "attached to", 60)
     open(go, "w").close()
@@ -112,8 +112,9 @@ def test_dev_zero_is_not_read(evmbpf, share, tmp_path):
     finished(target, tracer)
     text = "".join(error_event(out)["traceback"])
     assert f'File "{path}", line 2, in f\n' in text, text
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    assert usage.ru_maxrss < 400 * 1024, f"a child's peak resident size: {usage.ru_maxrss} kB"
+    import json
+    peak = json.load(open(out + ".stats"))["maxrss_kb"]  # evmbpf's own
+    assert peak < 200 * 1024, f"evmbpf's peak resident size: {peak} kB"
 
 
 @pytest.mark.parametrize("how", ["writable", "sticky", "owned", "parent"])
@@ -137,3 +138,27 @@ def test_record_dir_others_can_write_is_refused(evmbpf, tmp_path, how):
     assert result.returncode == 1, result.stderr
     assert "use a folder that only root can write" in result.stderr, result.stderr
     assert "recording" not in result.stderr
+
+
+GRAPH = os.path.join(OWN_WORKLOADS, "hostile_graph.py")
+
+
+@pytest.mark.parametrize("kind,bound", [("shared", "entries in its _modules dicts"),
+                                        ("deep", "of module names")])
+def test_module_graph_is_bounded(evmbpf, tmp_path, kind, bound):
+    """A module graph built to hurt its reader: 3,000 modules sharing one 3,000-entry
+    _modules dict (9 M entries; was 29 s of the loop), or 63 levels of 250-character
+    names above 20,000 leaves (300 MB of names; was 300 MB of evmbpf's memory). The read
+    stops at its bound, says which, names what it read, and the root's call is traced;
+    evmbpf's own peak resident size (--stats) stays under 200 MB."""
+    out, stats = str(tmp_path / "t.jsonl"), str(tmp_path / "stats.json")
+    result = subprocess.run([evmbpf, "--out", out, "--stats", stats, "--", HOST_PYTHON, GRAPH,
+                             kind], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert f"module tree was read up to evmbpf's bound (more than" in result.stderr
+    assert bound in result.stderr, result.stderr
+    events = load(out)
+    assert [e["module"] for e in events if e["event"] == "enter"] == ["<root>"]
+    import json
+    peak = json.load(open(stats))["maxrss_kb"]  # evmbpf's own (getrusage RUSAGE_SELF)
+    assert peak < 200 * 1024, f"evmbpf's peak resident size: {peak} kB"

@@ -1,12 +1,32 @@
+/* The model's module names, read from the target: its `_modules` dicts, walked as
+ * named_modules() walks them. The graph is the target's, so it is hostile input: one
+ * read is bounded in the dict entries it looks at, the bytes of names it keeps and the
+ * time it takes (MODTREE_*_MAX); past a bound the walk stops, the modules named so far
+ * keep their names, and the tree says why it stopped (struct modtree's cut). A module
+ * reached again (shared, or every module's `_modules` the same dict) costs a lookup in
+ * the table, not a read. */
 #include "modtree.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "util.h"
 
 #define MAX_MODULES (1u << 20)
 #define MAX_DEPTH 64
+/* a 32-layer Llama has about 300 modules and 1,000 entries, an MoE with 128 experts in
+ * 48 layers about 20,000 and 20,000; names average some 40 bytes */
+#define MODTREE_ENTRIES_MAX (4u << 20)
+#define MODTREE_BYTES_MAX (64u << 20)
+#define MODTREE_NS_MAX (2ull * 1000000000ull)
+
+static uint64_t mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static size_t slot_of(uint64_t obj, size_t cap)
 {
@@ -66,15 +86,42 @@ struct walk {
 	const char *prefix;
 	int depth;
 	int failed;
+	struct budget { /* the whole walk's, shared by its levels */
+		uint64_t entries, bytes, deadline_ns;
+	} *budget;
 };
+
+/* Past one of the walk's bounds: the walk stops there, and the tree says which. */
+static int over(struct walk *w)
+{
+	struct budget *b = w->budget;
+	const char *why = NULL;
+	if (w->t->cut)
+		return 1;
+	if (b->entries > MODTREE_ENTRIES_MAX)
+		why = "more than 4 Mi entries in its _modules dicts";
+	else if (b->bytes > MODTREE_BYTES_MAX)
+		why = "more than 64 MiB of module names";
+	else if (!(b->entries & 255) && mono_now() > b->deadline_ns)
+		why = "more than 2 s to read";
+	if (!why)
+		return 0;
+	w->t->cut = why;
+	return 1;
+}
 
 static void visit(struct walk *w, uint64_t obj, const char *path);
 
 static int child(void *arg, uint64_t key, uint64_t value)
 {
 	struct walk *w = arg;
+	w->budget->entries++;
+	if (over(w))
+		return 1; /* stops the dict's walk, and each one above it */
+	if (value == 0 || modtree_find(w->t, value) || w->depth >= MAX_DEPTH)
+		return 0; /* reachable twice: the first name stays; or too deep: nothing is read */
 	char name[256];
-	if (value == 0 || py_str(w->r, key, name, sizeof(name)) < 0)
+	if (py_str(w->r, key, name, sizeof(name)) < 0)
 		return 0;
 	/* `None` children are skipped by named_modules */
 	char tname[16];
@@ -93,13 +140,14 @@ static int child(void *arg, uint64_t key, uint64_t value)
 
 static void visit(struct walk *w, uint64_t obj, const char *path)
 {
-	if (w->t->count >= MAX_MODULES || w->depth >= MAX_DEPTH)
+	if (w->t->count >= MAX_MODULES || w->depth >= MAX_DEPTH || over(w))
 		return;
 	struct mod_entry *e = insert(w->t, obj);
 	if (!e)
 		return; /* reachable twice: the first name stays */
 	char tname[256] = "?";
 	py_type_name(w->r, py_type(w->r, obj), tname, sizeof(tname));
+	w->budget->bytes += strlen(path) + strlen(tname) + 2 + sizeof(*e) * 2;
 	e->path = xstrdup(path[0] ? path : "<root>");
 	e->type_name = xstrdup(tname);
 	e->traced = 1;
@@ -119,7 +167,8 @@ static void visit(struct walk *w, uint64_t obj, const char *path)
 int modtree_build(struct modtree *t, const struct pyreader *r, uint64_t root)
 {
 	modtree_free(t);
-	struct walk w = { .t = t, .r = r, .prefix = "" };
+	struct budget b = { .deadline_ns = mono_now() + MODTREE_NS_MAX };
+	struct walk w = { .t = t, .r = r, .prefix = "", .budget = &b };
 	visit(&w, root, "");
 	return w.failed ? -1 : (int)t->count;
 }

@@ -15,6 +15,7 @@ struct mod_entry {
 struct modtree {
 	struct mod_entry *slots; /* open addressing on obj */
 	size_t cap, count;
+	const char *cut; /* why the last walk stopped before its end (a bound), or NULL */
 };
 
 /* Walk root._modules recursively (pre-order, first name wins). Returns the number of

@@ -58,6 +58,10 @@ static int set_root(struct trace *t, uint64_t self)
 	if (n < 0) {
 		warnx_("warning: cannot read the model's submodules (its _modules dict); "
 		       "only the root is named");
+	} else if (t->mods.cut) {
+		warnx_("warning: %d's module tree was read up to evmbpf's bound (%s): %d modules "
+		       "are named, the calls of the others are not traced",
+		       t->target->pid, t->mods.cut, n);
 	}
 	t->root = self;
 	bound_forwards(&t->target->reader, &t->mods);

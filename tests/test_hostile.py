@@ -162,3 +162,42 @@ def test_module_graph_is_bounded(evmbpf, tmp_path, kind, bound):
     import json
     peak = json.load(open(stats))["maxrss_kb"]  # evmbpf's own (getrusage RUSAGE_SELF)
     assert peak < 200 * 1024, f"evmbpf's peak resident size: {peak} kB"
+
+
+NAMES = os.path.join(OWN_WORKLOADS, "hostile_names.py")
+
+
+def on_terminal(argv):
+    """argv's output as a terminal shows it (run on a pseudo-terminal)."""
+    import pty
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.parametrize("command", [["summarize"], ["show", "--forward", "1"]])
+def test_terminal_escapes_do_not_reach_the_terminal(evmbpf, tmp_path, command):
+    """A module name and an exception message made of terminal commands: on a terminal,
+    summarize and show write their control characters as escapes; through a pipe they
+    write the bytes as the reference's readers do."""
+    from evmbpf_testlib import RUN_WORKLOAD
+    out = str(tmp_path / "t.jsonl")
+    result = subprocess.run([evmbpf, "--out", out, "--", HOST_PYTHON, RUN_WORKLOAD, NAMES],
+                            capture_output=True, text=True, timeout=300)
+    assert "boom evil" in result.stderr, result.stderr
+    shown = on_terminal([evmbpf, *command, out])
+    assert b"\x1b" not in shown and b"\x07" not in shown and b"\xc2\x9b" not in shown, shown
+    assert b"evil\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\x0dFAKE" in shown, shown
+    piped = subprocess.run([evmbpf, *command, out], capture_output=True, timeout=60).stdout
+    assert b"evil\x1b]0;pwned\x07" in piped

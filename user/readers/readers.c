@@ -5,6 +5,7 @@
  * reader_show.c, reader_forwards.c and export.c. The first three print the reference
  * reader's text (evalmetry/debug.py), byte for byte; diagnostics go to stderr. */
 #include "readers.h"
+#include "reader_tty.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -207,6 +208,7 @@ int readers_main(int argc, char **argv)
 		fputs(usage_text, stdout);
 		return 0;
 	}
+	rd_stdout_for_terminal(); /* what the target named reaches a terminal escaped */
 	/* a testing knob: small reads split lines (and \r\n) across reads */
 	if (getenv("EVMBPF_READ_CHUNK"))
 		rd_read_chunk = (size_t)strtoul(getenv("EVMBPF_READ_CHUNK"), NULL, 10);

@@ -201,3 +201,83 @@ def test_terminal_escapes_do_not_reach_the_terminal(evmbpf, tmp_path, command):
     assert b"evil\\x1b]0;pwned\\x07\\x1b[2J\\u009b31m\\x0dFAKE" in shown, shown
     piped = subprocess.run([evmbpf, *command, out], capture_output=True, timeout=60).stdout
     assert b"evil\x1b]0;pwned\x07" in piped
+
+
+def test_recorder_files_stay_roots_under_sudo(evmbpf, share, tmp_path):
+    """sudo evmbpf record (SUDO_UID set): a recorded process's file is root's, 0600, not
+    the sudo user's (it holds another user's arguments)."""
+    traces = tmp_path / "traces"
+    traces.mkdir(mode=0o755)
+    env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(tmp_path / "pid"), SUDO_UID="65534",
+               SUDO_GID="65534")
+    rec = subprocess.Popen([evmbpf, "record", "--dir", str(traces), "--keep-all"],
+                           stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for_line(rec.stderr, "recording", 120)
+        secret = os.path.join(share, "secret")
+        open(secret, "w").close()
+        go = os.path.join(share, "go")
+        target = subprocess.Popen([HOST_PYTHON, WORKLOAD, secret, go],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        pid = int(target.stdout.readline().split("=")[1])
+        wait_for_line(rec.stderr, f"attached to {pid} ", 60)
+        open(go, "w").close()
+        target.wait(timeout=60)
+        wait_for_line(rec.stderr, f"{pid}: trace in", 60)
+    finally:
+        rec.send_signal(signal.SIGTERM)
+        rec.wait(timeout=60)
+    files = [p for p in os.listdir(traces) if p.startswith(f"evmbpf-{pid}")]
+    assert len(files) == 1, os.listdir(traces)
+    st = os.stat(traces / files[0])
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o600), st
+
+
+def test_stale_pidfile_of_a_users_evmbpf_named_process(evmbpf, share, tmp_path):
+    """A stale pid file whose pid a user's process took, that process named evmbpf-...:
+    not taken for a running recorder; the recorder starts."""
+    fake = os.path.join(share, "evmbpf-fake")
+    shutil.copy("/bin/sleep", fake)
+    os.chmod(fake, 0o755)
+    squatter = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 fake, "60"])
+    try:
+        time.sleep(0.2)
+        with open(f"/proc/{squatter.pid}/comm") as handle:
+            assert handle.read().startswith("evmbpf")
+        pidfile = tmp_path / "pid"
+        pidfile.write_text(f"{squatter.pid}\n")
+        traces = tmp_path / "traces"
+        traces.mkdir(mode=0o755)
+        env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(pidfile))
+        rec = subprocess.Popen([evmbpf, "record", "--dir", str(traces)],
+                               stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            seen = wait_for_line(rec.stderr, "recording", 120)
+        finally:
+            rec.send_signal(signal.SIGTERM)
+            rec.wait(timeout=60)
+        assert "another recorder runs" not in seen, seen
+        assert squatter.poll() is None  # never signalled by the recorder
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def test_summarize_dir_does_not_follow_a_link(evmbpf, share, tmp_path):
+    """A `.jsonl` link in a recorder's folder to a root-only file: summarize DIR does not
+    follow it, and prints nothing of that file."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(
+        '{"event": "header", "trace_schema_version": "1.1", "tracer": {"name": "evmbpf", '
+        '"pid": 31337, "recorder": {"attached": "exec"}}}\n'
+        '{"event": "forward", "forward": 1, "phase": "other", "i": 2, "tid": 31337, '
+        '"ts_ns": 1796249303471465976}\n')
+    secret.chmod(0o600)
+    folder = tmp_path / "traces"
+    folder.mkdir(mode=0o755)
+    os.symlink(secret, folder / "evmbpf-4242.jsonl")
+    result = subprocess.run([evmbpf, "summarize", str(folder)], capture_output=True,
+                            text=True, timeout=60)
+    assert "31337" not in result.stdout + result.stderr, result.stdout  # read from the file
+    assert "unreadable" in result.stdout, result.stdout

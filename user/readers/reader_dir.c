@@ -281,7 +281,7 @@ enum header_kind { NO_HEADER, RECORDER_HEADER, OTHER_HEADER };
 /* Whether the trace's first line is a header, and whose. */
 static enum header_kind first_header(const char *path)
 {
-	FILE *in = fopen(path, "r");
+	FILE *in = rd_open_trace_nofollow(path);
 	struct rd_trace t;
 	struct rd_event ev = { 0 };
 	enum header_kind kind = NO_HEADER;
@@ -369,7 +369,7 @@ static void take_error(struct node_trace *t, struct rd_event *ev, const cJSON *t
 
 static void read_end(struct node_trace *t)
 {
-	FILE *in = fopen(t->path, "r");
+	FILE *in = rd_open_trace_nofollow(t->path);
 	struct rd_trace tr;
 	struct rd_event ev = { 0 };
 	long long v;
@@ -683,7 +683,7 @@ static int print_section(const struct node_trace *t, size_t k, size_t died, long
 		fprintf(out, "end:    %s (the recorder's mark)\n", t->why);
 	fputc('\n', out);
 	fflush(out); /* the summary's diagnostics come after the lines above */
-	if ((in = rd_open_trace(t->path))) {
+	if ((in = rd_open_trace_nofollow(t->path))) {
 		rc = rd_summarize(in, t->path, t->path, tail, out);
 		fclose(in);
 	} else {

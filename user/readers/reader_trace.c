@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "pyfmt.h"
 #include "reader_pyv.h"
@@ -505,6 +507,23 @@ char *rd_resolve_trace(const char *given, char **err)
 		return NULL;
 	}
 	return xstrndup(given, strlen(given));
+}
+
+FILE *rd_open_trace_nofollow(const char *file)
+{
+	/* a recorder's folder: a link or anything but a regular file there is not its trace
+	 * (whoever put it there could name a file they may not read) */
+	int fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	FILE *f = fdopen(fd, "r");
+	if (!f)
+		close(fd);
+	return f;
 }
 
 FILE *rd_open_trace(const char *file)

@@ -128,6 +128,9 @@ void rd_trace_free(struct rd_trace *t);
 char *rd_resolve_trace(const char *given, char **err);
 
 /* Open the resolved file for reading, or NULL with the reason on stderr. */
+/* A trace in a recorder's folder: opened without following a link, a regular file only
+ * (NULL, and nothing said, otherwise). */
+FILE *rd_open_trace_nofollow(const char *file);
 FILE *rd_open_trace(const char *file);
 
 #endif

@@ -248,7 +248,32 @@ static const char *pidfile(void)
 	return p && p[0] ? p : "/run/evmbpf-record.pid";
 }
 
-/* The recorder's pid in the pid file, when that process is alive and is evmbpf; else 0. */
+/* Is pid an evmbpf run by root? Its real uid 0 (a user's process named "evmbpf..." is
+ * not), and this executable or one that calls itself evmbpf (an upgrade's). */
+static int is_root_evmbpf(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = fopen(path, "re");
+	long uid = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %ld", &uid) == 1)
+			break;
+	if (f)
+		fclose(f);
+	if (uid != 0)
+		return 0;
+	struct stat mine, theirs;
+	snprintf(path, sizeof(path), "/proc/%d/exe", pid);
+	if (!stat("/proc/self/exe", &mine) && !stat(path, &theirs) &&
+	    mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino)
+		return 1;
+	char comm[64];
+	return read_proc(pid, "comm", comm, sizeof(comm)) > 0 && !strncmp(comm, "evmbpf", 6);
+}
+
+/* The recorder's pid in the pid file, when that process is alive and is root's evmbpf;
+ * else 0. */
 static pid_t recorder_pid(void)
 {
 	FILE *f = fopen(pidfile(), "r");
@@ -258,9 +283,7 @@ static pid_t recorder_pid(void)
 	if (fscanf(f, "%d", &pid) != 1)
 		pid = 0;
 	fclose(f);
-	char comm[64];
-	if (pid <= 0 || read_proc(pid, "comm", comm, sizeof(comm)) <= 0 ||
-	    strncmp(comm, "evmbpf", 6))
+	if (pid <= 0 || !is_root_evmbpf(pid))
 		return 0;
 	return pid;
 }

@@ -113,6 +113,10 @@ enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_KEEP, OPT_NUMERIC, 
 
 int record_main(int argc, char **argv)
 {
+	/* the recorder's files hold every user's processes: they stay root's (0600), never
+	 * given to whoever ran sudo (sink.c gives a --pid or launched trace to that user) */
+	unsetenv("SUDO_UID");
+	unsetenv("SUDO_GID");
 	static const struct option longopts[] = {
 		{ "dir", required_argument, NULL, OPT_DIR },
 		{ "tail", required_argument, NULL, 't' },

@@ -138,9 +138,10 @@ def test_dump_leaves_a_stopped_target_stopped(evmbpf, tmp_path):
     assert [m["module"] for m in doc["threads"][0]["modules"]] == ["<root>", "layers.1"]
 
 
-def test_dump_reads_a_foreground_job_running(evmbpf, tmp_path):
-    """A terminal's foreground job (here in script(1)'s pseudo-terminal) is never
-    stopped: dump reads it running, until two reads agree, and gets the same stack."""
+def test_dump_holds_a_foreground_job_unseen(evmbpf, tmp_path):
+    """A terminal's foreground job (here in script(1)'s pseudo-terminal): dump holds its
+    threads in a ptrace stop, which the terminal's job control does not see (it never
+    enters state T), and gets the same stack."""
     target = host_target(tmp_path)
     cmd = target.cmd
 
@@ -152,10 +153,21 @@ def test_dump_reads_a_foreground_job_running(evmbpf, tmp_path):
         with paused(target, MIDFORWARD, tmp_path) as pid:
             fields = proc_stat(pid)
             assert fields[2] == fields[5] and fields[4] != "0"  # pgrp == tpgid, a tty
+            import threading
+            seen, done = set(), threading.Event()
+
+            def watch():
+                while not done.is_set():
+                    seen.add(proc_stat(pid)[0])
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
             doc = dump_json(pid)
+            done.set()
+            watcher.join(5)
+            assert "T" not in seen, seen  # a group-stop: the terminal would see it
     finally:
         target.cmd = cmd
-    assert doc["read"] == "running" and doc["held_ms"] == 0, doc
+    assert doc["read"] == "stopped" and doc["held_ms"] > 0, doc
     assert doc["consistent"] is True
     (thread,) = doc["threads"]
     assert [(m["module"], m["type"], m["args"]) for m in thread["modules"]] == [

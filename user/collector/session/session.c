@@ -90,8 +90,10 @@ int session_record(void *ctx, void *data, size_t size)
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
 		if (delay && h->kind != REC_EXIT)
 			usleep((useconds_t)atoi(delay) * 1000);
-		/* read: it runs on (--stop-on-nonfinite's culprit stays held for its stop) */
-		if (!s->trace.nonfinite)
+		/* read: it runs on (--stop-on-nonfinite's culprit stays held for its stop; under
+		 * --numeric --cupti the agent's reductions of its tensors are read first, in
+		 * session_step) */
+		if (!s->trace.nonfinite && !(s->opts->trace.numeric && s->opts->cupti))
 			hold_continue_thread((pid_t)h->tid);
 	}
 	/* between records too: the target's signals, exits and new threads wait for this */
@@ -213,12 +215,13 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		n = ring_buffer__consume(s->rb);
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
 	if (hold_active(s->target.pid) && !s->trace.nonfinite) {
-		/* stops to pass on; then no thread stays held without a record to read */
+		/* stops to pass on; then the ring drained again: a thread held has written its
+		 * records before its stop, so every held thread's are read now and it runs on */
 		hold_pump();
 		if (s->rb)
 			ring_buffer__consume(s->rb);
 		if (!s->trace.nonfinite)
-			hold_continue_stale(s->target.pid);
+			hold_continue(s->target.pid);
 	}
 	if (s->ps && s->ps->dropped_records > s->dropped_reported) {
 		/* where they were lost: after the records read so far */

@@ -42,7 +42,7 @@ static struct thread {
 	pid_t tid, leader;
 	int state, sig;
 	unsigned born : 1, interrupting : 1;
-	uint64_t held_ns; /* when its SIGURG stop was reported */
+	unsigned listen : 1; /* held in a group-stop (its user's): left in it, not continued */
 } *threads;
 static size_t nthreads, cap;
 static struct leader {
@@ -148,11 +148,14 @@ static void forget(pid_t pid)
 
 static void cont(struct thread *t)
 {
-	int sig = t->sig;
+	int sig = t->sig, listen = t->listen;
 	t->state = T_RUNNING;
 	t->sig = 0;
-	t->born = t->interrupting = 0;
-	ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)sig);
+	t->born = t->interrupting = t->listen = 0;
+	if (listen)
+		ptrace(PTRACE_LISTEN, t->tid, 0, 0); /* stopped as its user left it */
+	else
+		ptrace(PTRACE_CONT, t->tid, 0, (void *)(long)sig);
 }
 
 static struct leader *birth(pid_t pid);
@@ -364,7 +367,11 @@ static void handle(pid_t tid, int status)
 	}
 	struct leader *l = leader_of(t->leader);
 	if (event == PTRACE_EVENT_STOP) {
-		if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
+		if ((sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) &&
+		    t->interrupting) {
+			t->state = T_HELD; /* in a group-stop: read so, and left in it */
+			t->listen = 1;
+		} else if (sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
 			ptrace(PTRACE_LISTEN, tid, 0, 0); /* a group-stop: stays stopped, SIGCONT wakes it */
 		} else if (l && l->birth && !l->born_seen && tid == l->pid) {
 			/* a process seized at its birth: held until its probes are placed */
@@ -383,7 +390,6 @@ static void handle(pid_t tid, int status)
 		ptrace(PTRACE_CONT, tid, 0, 0);
 	} else if (sig == SIGURG) {
 		t->state = T_HELD; /* ours: continued once its records are read */
-		t->held_ns = now_ns();
 	} else if (t->interrupting) {
 		t->state = T_HELD; /* stopped as we wanted: its signal goes with it when it runs */
 		t->sig = sig;
@@ -484,19 +490,6 @@ void hold_continue_thread(pid_t tid)
 	struct thread *t = thread_of(tid);
 	if (t && t->state == T_HELD && !t->born)
 		cont(t);
-}
-
-void hold_continue_stale(pid_t pid)
-{
-	uint64_t now = now_ns();
-	for (size_t i = 0; i < nthreads; i++) {
-		struct thread *t = &threads[i];
-		if (t->leader == pid && t->state == T_HELD && !t->born && !t->interrupting &&
-		    now - t->held_ns > 200000000ull) {
-			debugx("thread %d was held with no record read for it: continued", t->tid);
-			cont(t);
-		}
-	}
 }
 
 void hold_resume(pid_t pid)

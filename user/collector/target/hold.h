@@ -33,14 +33,13 @@ int hold_wait(pid_t tid);
  * blocking. Cheap when there is nothing: called from every loop and between records. */
 void hold_pump(void);
 /* Continue every thread of pid's process that a hold or hold_stop_all stopped (a signal
- * that arrived meanwhile is delivered then). */
+ * that arrived meanwhile is delivered then; one its user had stopped stays stopped):
+ * once the ring buffer is drained after hold_pump, every held thread's records are read,
+ * and a hold whose record was lost (a full ring) ends there too. */
 void hold_continue(pid_t pid);
 /* Continue tid from its hold, once its record is read (another thread of its process,
  * held too, waits for its own record). */
 void hold_continue_thread(pid_t tid);
-/* Continue the threads of pid held at a SIGURG for longer than 200 ms: a hold whose
- * record was lost (a full ring buffer) does not last. */
-void hold_continue_stale(pid_t pid);
 /* hold_continue, and a process seized at its birth leaves its first stop (now, or as
  * soon as that stop is reported). */
 void hold_resume(pid_t pid);

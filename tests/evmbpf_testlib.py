@@ -5,6 +5,7 @@ from contextlib import contextmanager
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -176,6 +177,18 @@ def host_pid_of(popen_pid, inner_pid):
         except OSError:
             pass
     return popen_pid
+
+
+@contextmanager
+def shared_folder(prefix, mode):
+    """A fresh folder with this mode (the tests' own are root's, 0700: another user's
+    process cannot reach them), removed afterwards."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    os.chmod(d, mode)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def wait_for_line(stream, text, timeout):

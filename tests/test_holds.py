@@ -9,13 +9,12 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from evmbpf_testlib import EVMBPF, HOST_PYTHON, OWN_WORKLOADS, load, wait_for_line
+from evmbpf_testlib import HOST_PYTHON, OWN_WORKLOADS, load, shared_folder, wait_for_line
 
 pytestmark = pytest.mark.root
 
@@ -74,10 +73,8 @@ class StateWatch:
 @pytest.fixture
 def share():
     """A folder the job's user can read: its go file and the WUNTRACED parent's report."""
-    d = tempfile.mkdtemp(prefix="evmbpf-holds-")
-    os.chmod(d, 0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    with shared_folder("evmbpf-holds-", 0o755) as d:
+        yield d
 
 
 def launcher(kind, argv, report):
@@ -128,6 +125,20 @@ def check_trace(path):
 LAUNCHERS = ["su", "runuser", "wuntraced"]
 
 
+def run_watched(cmd, timeout=90):
+    """cmd to its end in a session of its own, its tree's states watched: (its status, its
+    stderr, the StateWatch)."""
+    job = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                           start_new_session=True)
+    watch = StateWatch(job.pid)
+    try:
+        _, err = job.communicate(timeout=timeout)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    return job.returncode, err, watch
+
+
 @pytest.mark.parametrize("kind", LAUNCHERS)
 def test_pid(evmbpf, share, tmp_path, kind):
     """--pid on the job's Python: held at its first module call while its model is read,
@@ -158,17 +169,9 @@ def test_follow(evmbpf, share, tmp_path, kind):
     its birth, held at its exec and entry point; evmbpf returns the job's status."""
     report = os.path.join(share, "report")
     out = str(tmp_path / "t-%p.jsonl")
-    job = subprocess.Popen([evmbpf, "--follow", "--out", out, "--",
-                            *launcher(kind, job_argv("-"), report)],
-                           stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    watch = StateWatch(job.pid)
-    try:
-        _, err = job.communicate(timeout=90)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    check_parent(kind, report, watch, job.returncode)
+    rc, err, watch = run_watched([evmbpf, "--follow", "--out", out, "--",
+                                  *launcher(kind, job_argv("-"), report)])
+    check_parent(kind, report, watch, rc)
     # the WUNTRACED parent is a Python too, followed and traced: it calls no module
     traces = [p for p in os.listdir(tmp_path) if p.startswith("t-")
               and any(e.get("event") == "forward" for e in load(str(tmp_path / p)))]
@@ -184,14 +187,8 @@ def test_launch_under_a_parent(evmbpf, share, tmp_path, kind):
     argv = [evmbpf, "--out", out, "--", *job_argv("-")]
     cmd = (["su", "-s", "/bin/sh", "root", "-c", " ".join(argv)] if kind == "su"
            else [HOST_PYTHON, WUNTRACED, report, "--", *argv])
-    job = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    watch = StateWatch(job.pid)
-    try:
-        _, err = job.communicate(timeout=90)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    check_parent(kind, report, watch, job.returncode)
+    rc, _, watch = run_watched(cmd)
+    check_parent(kind, report, watch, rc)
     check_trace(out)
 
 
@@ -253,7 +250,6 @@ def test_no_target_killed(evmbpf, tmp_path, where):
     and evmbpf never says a traced thread received SIGTRAP. EVMBPF_SIGTRAP_RUNS sets
     the runs per family (6 here; 40 gives the issue's loop of 200)."""
     import random
-    from evmbpf_testlib import REF_WORKLOADS, RUN_WORKLOAD  # noqa: F401
     target = short_target(where)
     workload = os.path.join(OWN_WORKLOADS, "phases_any.py")
     rng = random.Random(1234)

@@ -8,12 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from evmbpf_testlib import EVMBPF, HOST_PYTHON, OWN_WORKLOADS, load, wait_for_line
+from evmbpf_testlib import HOST_PYTHON, OWN_WORKLOADS, load, shared_folder, wait_for_line
 
 pytestmark = pytest.mark.root
 
@@ -22,10 +21,9 @@ WORKLOAD = os.path.join(OWN_WORKLOADS, "hostile_traceback.py")
 
 @pytest.fixture
 def share():
-    d = tempfile.mkdtemp(prefix="evmbpf-hostile-")
-    os.chmod(d, 0o777)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
+    """A folder nobody can write in: the files its processes name, and their go files."""
+    with shared_folder("evmbpf-hostile-", 0o777) as d:
+        yield d
 
 
 def traced_as_nobody(evmbpf, share, named, out, swap=()):
@@ -155,7 +153,7 @@ def test_module_graph_is_bounded(evmbpf, tmp_path, kind, bound):
     result = subprocess.run([evmbpf, "--out", out, "--stats", stats, "--", HOST_PYTHON, GRAPH,
                              kind], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    assert f"module tree was read up to evmbpf's bound (more than" in result.stderr
+    assert "module tree was read up to evmbpf's bound (more than" in result.stderr
     assert bound in result.stderr, result.stderr
     events = load(out)
     assert [e["module"] for e in events if e["event"] == "enter"] == ["<root>"]

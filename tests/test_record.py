@@ -1257,3 +1257,14 @@ def test_more_processes_than_one_object_serves(evmbpf, tmp_path):
         path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
         compare_traces(load(ref), load(path), kwargs=True)
     assert files_of(rec.dir) == {f"evmbpf-{proc.pid}.jsonl" for proc in procs}
+
+
+def test_bad_modules_refused_at_once(evmbpf, tmp_path):
+    """`evmbpf record --modules '('`: refused before it records, as the tracer refuses it
+    (it was accepted, then failed every new Python process of the node)."""
+    env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(tmp_path / "pid"))
+    result = subprocess.run([evmbpf, "record", "--dir", str(tmp_path), "--modules", "("],
+                            capture_output=True, text=True, timeout=30, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "--modules is not a valid regular expression" in result.stderr
+    assert "recording" not in result.stderr

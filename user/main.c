@@ -11,6 +11,7 @@
 #include "doctor.h"
 #include "dump.h"
 #include "gpu_calls.h"
+#include "modfilter.h"
 #include "outpattern.h"
 #include "pyre.h"
 #include "readers.h"
@@ -163,16 +164,8 @@ static int parse_pids(char *arg, struct tracer_opts *opts)
 /* --modules REGEX: compiled once here, so that a bad pattern is said before tracing */
 static int parse_modules(const char *arg, struct tracer_opts *opts)
 {
-	char why[512];
-	struct pyre *re = *arg ? pyre_compile(arg, why, sizeof(why)) : NULL;
-	if (!re) {
-		if (*arg)
-			warnx_("--modules %s", why);
-		else
-			warnx_("--modules needs a pattern (leave it out to trace every module)");
+	if (modfilter_check(arg))
 		return -1;
-	}
-	pyre_free(re);
 	opts->trace.modules = arg;
 	return 0;
 }

@@ -2,6 +2,7 @@
  * (docs/record.md). The recording itself is job.c's loop with record.c's source. */
 #include "record.h"
 #include "record_cli.h"
+#include "modfilter.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -164,7 +165,12 @@ int record_main(int argc, char **argv)
 		case OPT_KEEP: opts.record.keep_all = 1; break;
 		case OPT_NUMERIC: opts.trace.numeric = 1; break;
 		case OPT_STOP: opts.trace.numeric = opts.trace.stop_on_nonfinite = 1; break;
-		case 'm': opts.trace.modules = optarg; break;
+		case 'm':
+			/* checked now: else every process of the node would fail on it */
+			if (modfilter_check(optarg))
+				return 2;
+			opts.trace.modules = optarg;
+			break;
 		case OPT_RINGBUF:
 			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
 				return 2;

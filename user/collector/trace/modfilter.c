@@ -27,3 +27,18 @@ void modfilter_apply(const struct pyre *re, const char *pattern, struct modtree 
 		       "(such as '%s'); the trace holds its forwards only", pattern, mods->count,
 		       example);
 }
+
+int modfilter_check(const char *arg)
+{
+	char why[512];
+	struct pyre *re = *arg ? pyre_compile(arg, why, sizeof(why)) : NULL;
+	if (!re) {
+		if (*arg)
+			warnx_("--modules %s", why);
+		else
+			warnx_("--modules needs a pattern (leave it out to trace every module)");
+		return -1;
+	}
+	pyre_free(re);
+	return 0;
+}

@@ -278,3 +278,42 @@ def test_no_target_killed(evmbpf, tmp_path, where):
             f"run {i}: the target ended with {proc.returncode} (-5: SIGTRAP):\n{err[-2000:]}"
             f"\nevmbpf: {terr}")
         assert "SIGTRAP" not in terr, terr
+
+
+def test_pid_on_a_terminal_foreground_job(evmbpf, share, tmp_path):
+    """--pid on a job in a terminal's foreground (a tmux pane's shell runs it): its
+    threads are seized and held at the first module call (evmbpf -v says so), the shell's
+    job control sees no stop (never state T), and the shell gets the job's status."""
+    if not shutil.which("tmux"):
+        pytest.skip("no tmux")
+    go, status_file = os.path.join(share, "go"), os.path.join(share, "status")
+    out = str(tmp_path / "t.jsonl")
+    name = f"evmbpf-holds-{os.getpid()}"
+    job = " ".join(job_argv(go))
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "120", "-y", "30",
+                    f"sh -c '{job}; echo $? > {status_file}; sleep 30'"], check=True)
+    try:
+        server = int(subprocess.run(["tmux", "display-message", "-p", "-t", name,
+                                     "#{pane_pid}"], capture_output=True, text=True,
+                                    check=True).stdout)
+        pid = python_of(server)
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        assert fields[2] == fields[5] and fields[4] != "0"  # its terminal's foreground
+        watch = StateWatch(server)
+        tracer = subprocess.Popen([evmbpf, "-v", "--pid", str(pid), "--out", out],
+                                  stderr=subprocess.PIPE, text=True)
+        seen = wait_for_line(tracer.stderr, "attached to", 60)
+        open(go, "w").close()
+        _, err = tracer.communicate(timeout=60)
+        err = seen + err
+        deadline = time.monotonic() + 30
+        while not os.path.exists(status_file) or not open(status_file).read().strip():
+            assert time.monotonic() < deadline, "the job never ended"
+            time.sleep(0.05)
+        stopped = watch.end()
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+    assert int(open(status_file).read()) == STATUS
+    assert not stopped, stopped
+    assert f"threads of {pid} seized" in err, err
+    check_trace(out)

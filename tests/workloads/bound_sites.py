@@ -3,41 +3,13 @@ bound_sites8.py): `step(**kw)`, `model.__call__(x)`, `step(x=x)`, `step(x, 2.0)`
 those shapes, with plain calls in between. Each site takes two debug registers while a
 call from it is watched, and x86 has 4 (evalmetry's note_samples takes one): only the
 calls open at once need watching, so every call from every site is traced. The model is
-torch's when torch offers it, else the stand-in's (tests/standin)."""
-import torch
-from torch import nn
+bound_calls.py's (torch's nn.Linear when torch offers it, else the stand-in's)."""
+import os
 
-REAL = hasattr(nn, "Linear")
-
-
-class Scale(nn.Module):
-    def forward(self, x, by=2.0):
-        return [v * by for v in x]
+exec(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "bound_calls.py")).read())
 
 
-def linear(n_in, n_out):
-    return nn.Linear(n_in, n_out) if REAL else Scale()
-
-
-def mul(x, k):
-    return x * k if REAL else [v * k for v in x]
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = linear(3, 4)
-        self.head = linear(4, 2)
-
-    def forward(self, x, scale=1.0):
-        return self.head(mul(self.embed(x), scale))
-
-
-def build():
-    return Model()
-
-
-def run(model):
+def run(model):  # noqa: F811 (bound_calls.py's, replaced)
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     n = globals().get("SITES", 4)
     step = model.__call__

@@ -90,26 +90,6 @@ int session_load(struct session *s)
 	return 0;
 }
 
-/* The phase markers' probe (markers.bpf.h) on _PyObject_LookupSpecial[Method]: where a
- * `with` looks up __enter__. */
-void session_attach_markers(struct session *s)
-{
-	struct target *t = &s->target;
-	struct evmbpf_bpf *skel = s->skel;
-	if (!t->gen_type || s->nlinks >= SESSION_LINKS)
-		return;
-	struct bpf_program *marker =
-		t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
-		: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
-							      : skel->progs.marker_enter;
-	struct bpf_link *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
-					   t->lookup_special_kind == LOOKUP_STACKREF
-						   ? "_PyObject_LookupSpecialMethod"
-						   : "_PyObject_LookupSpecial");
-	if (l)
-		s->links[s->nlinks++] = l;
-}
-
 /* In the order they were attached: the entry probe goes first, so that no call is seen
  * to enter whose return can no longer be seen (its frame is `unwound` at the end). */
 void session_detach(struct session *s)

@@ -11,9 +11,6 @@
 int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args);
 int session_load(struct session *s);
 int session_load_floor(struct session *s);
-/* The phase markers' probe placed (samples_watch.c says when: at once, or once the host
- * has imported evalmetry.debug) */
-void session_attach_markers(struct session *s);
 void session_detach(struct session *s);
 
 #endif

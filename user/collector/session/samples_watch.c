@@ -22,7 +22,6 @@
 #include <linux/hw_breakpoint.h>
 
 #include "hwwatch.h"
-#include "probes.h"
 #include "session_state.h"
 #include "uprobes.h"
 #include "procstate.h"
@@ -38,6 +37,27 @@ struct samples_watch {
 	int watching;                  /* note_samples is watched (breakpoints fire here) */
 	int markers_wait;              /* the markers' probe waits for evalmetry.debug's import */
 };
+
+/* The phase markers' probe (markers.bpf.h) on _PyObject_LookupSpecial[Method]: where a
+ * `with` looks up __enter__; placed at once, or once the host has imported
+ * evalmetry.debug (below). */
+static void session_attach_markers(struct session *s)
+{
+	struct target *t = &s->target;
+	struct evmbpf_bpf *skel = s->skel;
+	if (!t->gen_type || s->nlinks >= SESSION_LINKS)
+		return;
+	struct bpf_program *marker =
+		t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
+		: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
+							      : skel->progs.marker_enter;
+	struct bpf_link *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
+					   t->lookup_special_kind == LOOKUP_STACKREF
+						   ? "_PyObject_LookupSpecialMethod"
+						   : "_PyObject_LookupSpecial");
+	if (l)
+		s->links[s->nlinks++] = l;
+}
 
 static int armed_said;
 

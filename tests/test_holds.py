@@ -317,3 +317,35 @@ def test_pid_on_a_terminal_foreground_job(evmbpf, share, tmp_path):
     assert not stopped, stopped
     assert f"threads of {pid} seized" in err, err
     check_trace(out)
+
+
+def test_another_tracer_first(evmbpf, share, tmp_path):
+    """A job another tracer holds already (strace -p): evmbpf says so, traces it without
+    holds, and the trace still has every forward; the job ends with its own status."""
+    if not shutil.which("strace"):
+        pytest.skip("no strace")
+    go, out = os.path.join(share, "go"), str(tmp_path / "t.jsonl")
+    job = subprocess.Popen(job_argv(go), stdout=subprocess.PIPE, text=True)
+    pid = python_of(job.pid)
+    strace = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=none", "-p", str(pid)],
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while "TracerPid:\t0" in open(f"/proc/{pid}/status").read():
+            assert time.monotonic() < deadline, "strace never attached"
+            time.sleep(0.02)
+        tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out],
+                                  stderr=subprocess.PIPE, text=True)
+        seen = wait_for_line(tracer.stderr, "attached to", 60)
+        open(go, "w").close()
+        assert job.wait(timeout=60) == STATUS
+        _, err = tracer.communicate(timeout=60)
+    finally:
+        strace.kill()
+        strace.wait()
+        if job.poll() is None:
+            job.kill()
+    assert tracer.returncode == 0, seen + err
+    assert f"{pid} is already traced by process {strace.pid}" in seen, seen
+    assert "without holding its threads" in seen, seen
+    check_trace(out)

@@ -322,6 +322,17 @@ static struct leader *birth(pid_t pid)
 	return l;
 }
 
+/* Is tid's SIGURG ours (the BPF side's, sent by the kernel: SI_KERNEL)? One sent by a
+ * process (kill, tgkill, sigqueue) is the target's own, and delivered. */
+static int ours(pid_t tid)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof(si));
+	if (ptrace(PTRACE_GETSIGINFO, tid, 0, &si))
+		return 1;
+	return si.si_code != SI_USER && si.si_code != SI_TKILL && si.si_code != SI_QUEUE;
+}
+
 /* One report of a traced thread (waitpid's). */
 static void handle(pid_t tid, int status)
 {
@@ -388,7 +399,7 @@ static void handle(pid_t tid, int status)
 		}
 	} else if (event) {
 		ptrace(PTRACE_CONT, tid, 0, 0);
-	} else if (sig == SIGURG) {
+	} else if (sig == SIGURG && ours(tid)) {
 		t->state = T_HELD; /* ours: continued once its records are read */
 	} else if (t->interrupting) {
 		t->state = T_HELD; /* stopped as we wanted: its signal goes with it when it runs */
@@ -536,7 +547,7 @@ int hold_leader_exit(pid_t pid, int *status)
 }
 
 /* A report of pid's threads while they are let go: each stop is where it is detached
- * from (a signal on its way goes with it: ours, SIGURG, and traps do not), an exit is
+ * from (a signal on its way goes with it, but ours, SIGURG), an exit is
  * taken in (a zombie leader is reapable once its other threads are). */
 static void release_handle(pid_t pid, pid_t w, int status)
 {
@@ -561,7 +572,7 @@ static void release_handle(pid_t pid, pid_t w, int status)
 		t = thread_of(w);
 	}
 	t->state = T_HELD;
-	t->sig = !event && sig != SIGURG && sig != SIGTRAP ? sig : 0;
+	t->sig = !event && !(sig == SIGURG && ours(w)) ? sig : 0;
 }
 
 void hold_release(pid_t pid, int stop_target)

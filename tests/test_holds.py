@@ -100,7 +100,7 @@ def python_of(root, timeout=30):
                 cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
             except OSError:
                 continue
-            if len(cmd) > 2 and cmd[1].endswith(b"holds_job.py"):
+            if len(cmd) > 2 and cmd[1].endswith((b"holds_job.py", b"own_sigurg.py")):
                 return pid
         time.sleep(0.02)
     raise AssertionError("the job's Python never started")
@@ -349,3 +349,18 @@ def test_another_tracer_first(evmbpf, share, tmp_path):
     assert f"{pid} is already traced by process {strace.pid}" in seen, seen
     assert "without holding its threads" in seen, seen
     check_trace(out)
+
+
+def test_targets_own_sigurg_is_delivered(evmbpf, share, tmp_path):
+    """The holds use SIGURG: one the target sends itself (its handler installed after the
+    attach) is its own, delivered to its handler, not taken for a hold."""
+    go, out = os.path.join(share, "go"), str(tmp_path / "t.jsonl")
+    job = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, "own_sigurg.py"), go],
+                           stdout=subprocess.PIPE, text=True)
+    pid = python_of(job.pid)
+    tracer = subprocess.Popen([evmbpf, "--pid", str(pid), "--out", out],
+                              stderr=subprocess.PIPE, text=True)
+    wait_for_line(tracer.stderr, "attached to", 60)
+    open(go, "w").close()
+    assert job.wait(timeout=60) == 0, "its SIGURG never reached its handler"
+    tracer.communicate(timeout=60)

@@ -4,9 +4,12 @@
  * A followed process that execs is stopped there and again at the new image's entry
  * point, where its libraries are mapped and no Python has run, so that user space
  * places its probes before the first Python instruction. The stop is a ptrace stop that
- * no one but evmbpf sees (seized.bpf.h): evmbpf seizes the processes it follows, with
- * PTRACE_O_TRACEFORK and TRACEVFORK, so the kernel seizes their children as they are
- * born. Only evmbpf's own child before it is seized (launch mode's command, marked
+ * no one but evmbpf sees: evmbpf seizes the processes it follows, with PTRACE_O_TRACEFORK
+ * and TRACEVFORK, so the kernel seizes their children as they are born, and with
+ * PTRACE_O_TRACEEXEC, so that the kernel's own exec stop, right after this tracepoint,
+ * holds it at its exec (a stop only the follower ends: a SIGURG stop there could be taken
+ * for a lost hold of the program before and ended by its session); the entry point's
+ * stop is a SIGURG (seized.bpf.h). Only evmbpf's own child before it is seized (launch mode's command, marked
  * FOLLOWED_OWN) is stopped by SIGSTOP: its parent is evmbpf, the one that sees it. A
  * process neither seized nor evmbpf's child is never stopped (the record says so). Launch
  * mode without --follow loads these programs but follow_fork and follow_exit, with the
@@ -91,7 +94,10 @@ static __always_inline int stop_here(__u32 why)
 	if (why == 1)
 		*v = FOLLOWED | own; /* a new program: traced again only once user space says so */
 	__s32 how = STOP_NONE;
-	if (seized_by_us(bpf_get_current_task_btf()))
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (why == 1 && seized_by_us(task) && (BPF_CORE_READ(task, ptrace) & PT_TRACE_EXEC_BIT))
+		how = STOP_PTRACE; /* the kernel's exec stop comes next (PTRACE_O_TRACEEXEC) */
+	else if (seized_by_us(task))
 		how = stop_seized_thread() ? STOP_PTRACE : STOP_NONE;
 	else if (own && !bpf_send_signal(19 /* SIGSTOP */))
 		how = STOP_SIGSTOP; /* evmbpf's own child: evmbpf is the parent that sees it */

@@ -16,6 +16,7 @@
 
 #define SIGURG_NR 23
 #define PT_PTRACED_BIT 0x1u
+#define PT_TRACE_EXEC_BIT (1u << (3 + 4)) /* PT_EVENT_FLAG(PTRACE_EVENT_EXEC) */
 
 /* evmbpf's own tgid, set before the object is loaded: the tracer a seized thread has */
 const volatile __u32 tracer_tgid = 0;

@@ -117,7 +117,7 @@ int run_job(const struct tracer_opts *opts)
 		}
 		/* seized before it runs: what it starts is seized at its birth, and every stop
 		 * of theirs is a ptrace stop no parent sees (su's, sudo's, a shell's) */
-		int seized = !hold_start(j.child, 1);
+		int seized = !hold_start(j.child, HOLD_CHILDREN | HOLD_EXECS);
 		if (!seized)
 			warnx_("warning: %s: the command's stops are SIGSTOPs, and what it starts is "
 			       "traced unheld", hold_error());

@@ -114,6 +114,10 @@ static int on_follow(void *ctx, void *data, size_t size)
 		break;
 	case FOLLOW_STOPPED: {
 		int how = r->exit_code;
+		debugx("%d (thread %d) %s, %s", pid, (int)r->hdr.tid,
+		       r->why == 2 ? "at its entry point" : "exec'd",
+		       how == STOP_PTRACE ? "held" : how == STOP_SIGSTOP ? "stopped (SIGSTOP)"
+					     : "not stopped");
 		if (how == STOP_SIGSTOP) {
 			watchdog_start(pid);
 			watchdog_hold(pid, 1);

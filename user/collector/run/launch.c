@@ -206,7 +206,7 @@ int run_launch(const struct tracer_opts *opts)
 		goto out;
 	}
 	/* seized before it runs: its stops are then ptrace stops, seen by evmbpf alone */
-	l.seized = !hold_start(child, 0);
+	l.seized = !hold_start(child, HOLD_EXECS); /* its execs: held until probed */
 	if (!l.seized)
 		debugx("%s: the command's stops are SIGSTOPs", hold_error());
 	uint32_t key = (uint32_t)child, followed = FOLLOWED | (l.seized ? 0 : FOLLOWED_OWN);
@@ -251,6 +251,7 @@ int run_launch(const struct tracer_opts *opts)
 		launch_resume(&l, child);
 	}
 	bpf_map__delete_elem(l.skel->maps.followed, &key, sizeof(key), 0);
+	hold_no_execs(child); /* an exec of its Python ends its trace (the session's) */
 	if (session_prepare(&s, child)) {
 		kill(child, SIGKILL);
 		hold_release(child, 0);

@@ -146,7 +146,7 @@ void session_announce(struct session *s)
 static void session_seize(struct session *s)
 {
 	pid_t pid = s->target.pid;
-	if (!hold_start(pid, session_follows(s))) {
+	if (!hold_start(pid, session_follows(s) ? HOLD_CHILDREN | HOLD_EXECS : 0)) {
 		s->seized = 1;
 		return;
 	}

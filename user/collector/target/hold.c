@@ -1,6 +1,8 @@
 /* The holds. Every thread of a target is PTRACE_SEIZEd (PTRACE_O_TRACECLONE for those it
  * starts later; under --follow and evmbpf record PTRACE_O_TRACEFORK and TRACEVFORK, so
- * that its children are seized at their birth). No PTRACE_O_EXITKILL: if evmbpf dies
+ * that its children are seized at their birth, and PTRACE_O_TRACEEXEC where its execs are
+ * followed, so that an exec holds it in the kernel's own exec stop until the follower
+ * lets it go: a stop no session's catch-all (hold_continue) may end). No PTRACE_O_EXITKILL: if evmbpf dies
  * the kernel detaches, and a SIGURG still pending is ignored by default. A thread that
  * signals itself SIGURG at a probe enters signal-delivery-stop alone; user space reads
  * what its record names and continues it with signal 0. Every other stop is passed on
@@ -42,6 +44,7 @@ static struct thread {
 	pid_t tid, leader;
 	int state, sig;
 	unsigned born : 1, interrupting : 1;
+	unsigned exec : 1;   /* held in its exec's stop (HOLD_EXECS): hold_resume's alone */
 	unsigned listen : 1; /* held in a group-stop (its user's): left in it, not continued */
 } *threads;
 static size_t nthreads, cap;
@@ -51,7 +54,9 @@ static struct leader {
 	unsigned born_seen : 1;  /* its first stop was reported */
 	unsigned resume : 1;     /* hold_resume came before that first stop */
 	unsigned follow : 1;     /* its children are seized at their birth */
+	unsigned execs : 1;      /* its execs are held (HOLD_EXECS) */
 	uint64_t born_ns;        /* when its first stop was reported, or (before) was awaited */
+	uint64_t exec_ns;        /* when its exec's stop was reported (0: none held) */
 } leaders[JOB_LEADERS_MAX];
 static int nleaders;
 /* exits seen by our waits (a launched child's status is reaped there), kept for
@@ -60,7 +65,8 @@ static struct { pid_t pid; int status; } reaped[JOB_LEADERS_MAX];
 static int nreaped;
 static char error[256];
 
-/* a process seized at its birth that nothing resumed (its fork record was lost) runs on */
+/* a process seized at its birth, or held at its exec, that nothing resumed (its record
+ * was lost) runs on */
 #define BORN_HOLD_MAX_NS (3ull * 1000000000ull)
 
 static uint64_t now_ns(void)
@@ -151,7 +157,7 @@ static void cont(struct thread *t)
 	int sig = t->sig, listen = t->listen;
 	t->state = T_RUNNING;
 	t->sig = 0;
-	t->born = t->interrupting = t->listen = 0;
+	t->born = t->interrupting = t->listen = t->exec = 0;
 	if (listen)
 		ptrace(PTRACE_LISTEN, t->tid, 0, 0); /* stopped as its user left it */
 	else
@@ -229,8 +235,9 @@ const char *hold_error(void)
 	return error;
 }
 
-int hold_start(pid_t pid, int follow)
+int hold_start(pid_t pid, int how)
 {
+	int follow = (how & HOLD_CHILDREN) != 0;
 	char why[192];
 	if (hold_refusal(pid, why, sizeof(why))) {
 		snprintf(error, sizeof(error), "%s", why);
@@ -258,8 +265,10 @@ int hold_start(pid_t pid, int follow)
 		sigaction(SIGCHLD, &sa, NULL);
 	}
 	l = leader_add(pid, 0);
-	l->follow = follow != 0;
-	long opts = PTRACE_O_TRACECLONE | (follow ? PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK : 0);
+	l->follow = follow;
+	l->execs = (how & HOLD_EXECS) != 0;
+	long opts = PTRACE_O_TRACECLONE | (follow ? PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK : 0) |
+		    (l->execs ? PTRACE_O_TRACEEXEC : 0);
 	size_t before = nthreads;
 	/* until a pass finds no thread it has not seized (threads may start meanwhile) */
 	for (int pass = 0, added = 1; added && pass < 100; pass++) {
@@ -299,6 +308,13 @@ int hold_start(pid_t pid, int follow)
 	return 0;
 }
 
+void hold_no_execs(pid_t pid)
+{
+	struct leader *l = leader_of(pid);
+	if (l)
+		l->execs = 0; /* the option stays: its exec's stop is continued as it comes */
+}
+
 int hold_active(pid_t pid)
 {
 	return leader_of(pid) != NULL;
@@ -318,7 +334,7 @@ static struct leader *birth(pid_t pid)
 	if (!l)
 		debugx("%d: more than %d processes held; it runs on unheld", pid, JOB_LEADERS_MAX);
 	else if (l->birth)
-		l->follow = 1; /* its options are its parent's */
+		l->follow = l->execs = 1; /* its options are its parent's: a follower's */
 	return l;
 }
 
@@ -377,6 +393,23 @@ static void handle(pid_t tid, int status)
 		return;
 	}
 	struct leader *l = leader_of(t->leader);
+	if (event == PTRACE_EVENT_EXEC) {
+		/* a thread other than the leader exec'd: it has the leader's tid now, and the
+		 * others are gone (their exits come) */
+		unsigned long former = 0;
+		if (!ptrace(PTRACE_GETEVENTMSG, tid, 0, &former) && (pid_t)former != tid &&
+		    thread_of((pid_t)former))
+			thread_of((pid_t)former)->state = T_GONE;
+		t = thread_of(tid);
+		if (l && l->execs) {
+			t->state = T_HELD; /* until the follower has probed the new program */
+			t->exec = 1;
+			l->exec_ns = now_ns();
+		} else {
+			ptrace(PTRACE_CONT, tid, 0, 0);
+		}
+		return;
+	}
 	if (event == PTRACE_EVENT_STOP) {
 		if ((sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) &&
 		    t->interrupting) {
@@ -430,6 +463,15 @@ void hold_pump(void)
 	uint64_t now = 0;
 	for (int i = 0; i < nleaders; i++) {
 		struct leader *l = &leaders[i];
+		if (l->exec_ns) {
+			if (!now)
+				now = now_ns();
+			if (now - l->exec_ns > BORN_HOLD_MAX_NS) {
+				debugx("%d was held at its exec and nothing asked for it: it runs on",
+				       l->pid);
+				hold_resume(l->pid);
+			}
+		}
 		if (!l->birth || (l->born_seen && l->resume))
 			continue;
 		if (!now)
@@ -492,14 +534,15 @@ int hold_wait(pid_t tid)
 void hold_continue(pid_t pid)
 {
 	for (size_t i = 0; i < nthreads; i++)
-		if (threads[i].leader == pid && threads[i].state == T_HELD && !threads[i].born)
+		if (threads[i].leader == pid && threads[i].state == T_HELD && !threads[i].born &&
+		    !threads[i].exec)
 			cont(&threads[i]);
 }
 
 void hold_continue_thread(pid_t tid)
 {
 	struct thread *t = thread_of(tid);
-	if (t && t->state == T_HELD && !t->born)
+	if (t && t->state == T_HELD && !t->born && !t->exec)
 		cont(t);
 }
 
@@ -511,6 +554,7 @@ void hold_resume(pid_t pid)
 	if (!l)
 		return;
 	l->resume = 1;
+	l->exec_ns = 0;
 	for (size_t i = 0; i < nthreads; i++)
 		if (threads[i].leader == pid && threads[i].state == T_HELD)
 			cont(&threads[i]);

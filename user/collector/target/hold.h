@@ -18,12 +18,20 @@
 const char *hold_refusal(pid_t pid, char *buf, size_t cap);
 /* --numeric's check, before anything is loaded: -1 (said) or 0 */
 int hold_check(pid_t pid);
-/* Seize every thread of pid (and, through PTRACE_O_TRACECLONE, those it starts; with
- * follow, PTRACE_O_TRACEFORK and TRACEVFORK too: its children are seized at their birth,
- * each held in its first stop until hold_resume). A process seized already (a child
- * seized at its birth) is taken as it is. -1 when it cannot be: hold_error() says why. */
-int hold_start(pid_t pid, int follow);
+/* hold_start's how: its children are seized at their birth (PTRACE_O_TRACEFORK and
+ * TRACEVFORK), each held in its first stop until hold_resume; its execs hold it in the
+ * kernel's exec stop (PTRACE_O_TRACEEXEC) until hold_resume. Both are a follower's:
+ * bpf/follow.bpf.c reports each of those stops, and the follower ends it. */
+#define HOLD_CHILDREN 1
+#define HOLD_EXECS 2
+/* Seize every thread of pid (and, through PTRACE_O_TRACECLONE, those it starts), with
+ * how's options (children seized at birth take their parent's). A process seized already
+ * (a child seized at its birth) is taken as it is. -1 when it cannot be: hold_error()
+ * says why. */
+int hold_start(pid_t pid, int how);
 const char *hold_error(void);
+/* pid's execs are no longer held (its follower has stopped following them) */
+void hold_no_execs(pid_t pid);
 /* Is pid's process held (hold_start, or seized at its birth)? */
 int hold_active(pid_t pid);
 /* Until tid is stopped at its SIGURG: 0; -1 when it is gone, evmbpf is asked to stop,
@@ -33,7 +41,8 @@ int hold_wait(pid_t tid);
  * blocking. Cheap when there is nothing: called from every loop and between records. */
 void hold_pump(void);
 /* Continue every thread of pid's process that a hold or hold_stop_all stopped (a signal
- * that arrived meanwhile is delivered then; one its user had stopped stays stopped):
+ * that arrived meanwhile is delivered then; one its user had stopped stays stopped; one
+ * at its birth or its exec stays held: those are its follower's, hold_resume's):
  * once the ring buffer is drained after hold_pump, every held thread's records are read,
  * and a hold whose record was lost (a full ring) ends there too. */
 void hold_continue(pid_t pid);
@@ -41,7 +50,7 @@ void hold_continue(pid_t pid);
  * held too, waits for its own record). */
 void hold_continue_thread(pid_t tid);
 /* hold_continue, and a process seized at its birth leaves its first stop (now, or as
- * soon as that stop is reported). */
+ * soon as that stop is reported), and one held at its exec leaves that stop. */
 void hold_resume(pid_t pid);
 /* Every thread of pid's process in a ptrace stop (PTRACE_INTERRUPT), for a read of
  * the process as it is: 0, or -1 when some thread did not stop within 500 ms. */

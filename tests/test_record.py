@@ -29,7 +29,7 @@ from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, STANDIN, comparable, compare_traces, load, perf_links,
-                            probes_left, proc_state, recorded_why, host_kwargs,
+                            probes_left, proc_state, recorded_why, host_kwargs, shared_folder,
                             without_machine_notes)
 
 pytestmark = pytest.mark.root
@@ -1268,3 +1268,124 @@ def test_bad_modules_refused_at_once(evmbpf, tmp_path):
     assert result.returncode == 2, result.stderr
     assert "--modules is not a valid regular expression" in result.stderr
     assert "recording" not in result.stderr
+
+
+# --- each user's share of the recorder (docs/record.md, "Each user's share") ---
+
+def ready_pid(proc):
+    """A --wait-for workload's pid, from its `ready pid=N` line (under runuser, proc is
+    runuser's)."""
+    line = proc.stdout.readline()
+    match = re.match(r"ready pid=(\d+)", line)
+    assert match, f"{line!r} {proc.stderr.read()[-2000:]}"
+    return int(match.group(1))
+
+
+def raises_as(rec, script, go, user=None):
+    """raises.py (script: a link to it whose path --match finds) run as user (None: root),
+    let go once the recorder has attached to it, run to its end: its pid and the
+    recorder's stderr lines from its start to its attach."""
+    cmd = [HOST_PYTHON, RUN_WORKLOAD, script, "--wait-for", go, "--wait-timeout", "300"]
+    if user:
+        cmd = ["runuser", "-u", user, "--", *cmd]
+    before = len(rec.lines)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=clean_env())
+    try:
+        pid = ready_pid(proc)
+        rec.wait_attached(pid, proc)
+        lines = list(rec.lines[before:])
+        between = lines[:next(i for i, line in enumerate(lines)
+                              if line.startswith(f"attached to {pid} "))]
+        open(go, "w").close()
+        proc.communicate(timeout=300)
+        assert proc.returncode == 1, proc.stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if os.path.exists(go):
+            os.unlink(go)
+    return pid, between
+
+
+def test_user_disk_share(evmbpf, refs, tmp_path):
+    """--max-disk 2.5 times the size of one raises.py trace: root's first two traces are
+    written, its third is not (said: its share, half of --max-disk, is used), and then
+    nobody's is written, the reference's --tail 50 trace: one user's traces do not take
+    the disk from the others."""
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            go = os.path.join(gos, "go")
+            # one trace's size, with room to spare
+            rec = Recorder(tmp_path / "sizing", "--match", "evmbpf-wanted-",
+                           pidfile=tmp_path / "pid")
+            try:
+                pid, _ = raises_as(rec, script, go)
+                size = os.path.getsize(settled_file(tmp_path / "sizing", pid))
+            finally:
+                assert rec.stop() == 0, rec.stderr()
+            traces = tmp_path / "traces"
+            rec = Recorder(traces, "--match", "evmbpf-wanted-", "--max-disk",
+                           str(int(size * 2.5)), pidfile=tmp_path / "pid")
+            try:
+                written = [raises_as(rec, script, go)[0] for _ in range(2)]
+                for pid in written:
+                    settled_file(traces, pid)
+                refused, _ = raises_as(rec, script, go)
+                rec.wait_for(rf"^evmbpf: {refused}: its trace is not written")
+                other, _ = raises_as(rec, script, go, user="nobody")
+                path = settled_file(traces, other)
+            finally:
+                assert rec.stop() == 0, rec.stderr()
+    assert not (traces / f"evmbpf-{refused}.jsonl").exists()
+    assert "of them user 0's; --max-disk" in rec.stderr(), rec.stderr()
+    assert_equals_reference_tail(refs["raises-tail"], str(path))
+
+
+def settled_file(folder, pid):
+    path = os.path.join(str(folder), f"evmbpf-{pid}.jsonl")
+    settled(path)
+    return path
+
+
+STREAM = ("import subprocess, sys, time\n"
+          "procs = []\n"
+          "while True:\n"
+          "    procs.append(subprocess.Popen([sys.executable, '-c', 'import time; "
+          "time.sleep(3)', sys.argv[1]]))\n"
+          "    procs = [p for p in procs if p.poll() is None]\n"
+          "    time.sleep(0.05)\n")
+
+
+def test_a_stream_of_one_users_processes(evmbpf, refs, tmp_path):
+    """nobody starts a plain python3 (no torch) every 0.05 s, each living 3 s, every one
+    the recorder's to look at: root's three raises.py runs beside it are each attached
+    with at most 3 of nobody's attached in between (the execs waiting are taken user by
+    user), and each leaves its file, the reference's --tail 50 trace."""
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            go = os.path.join(gos, "go")
+            traces = tmp_path / "traces"
+            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+            stream = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
+                                       STREAM, "evmbpf-wanted-stream"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                      start_new_session=True)
+            try:
+                time.sleep(3)  # the stream in full flow
+                runs = [raises_as(rec, script, go) for _ in range(3)]
+                paths = [settled_file(traces, pid) for pid, _ in runs]
+                streamed = rec.count(r"^attached to \d+ \(python [\d.]+, torch not imported")
+            finally:
+                os.killpg(stream.pid, signal.SIGKILL)
+                stream.wait()
+                assert rec.stop() == 0, rec.stderr()
+    assert streamed - len(runs) >= 6, f"the stream was hardly seen: {streamed}\n{rec.stderr()[-3000:]}"
+    for (pid, between), path in zip(runs, paths):
+        others = [line for line in between if re.match(r"attached to \d+ ", line)]
+        assert len(others) <= 3, (pid, others)
+        assert_equals_reference_tail(refs["raises-tail"], path)

@@ -189,6 +189,7 @@ out:
 	}
 	for (int i = 0; i < j.n; i++)
 		free(j.procs[i]);
+	free(j.kept);
 	session_objects_release();
 	close(j.ep);
 	return rc;

@@ -17,6 +17,7 @@
 #include "follow.skel.h"
 #include "hold.h"
 #include "job_state.h"
+#include "node_share.h"
 #include "record.h"
 #include "session.h"
 #include "uprobes.h"
@@ -160,8 +161,12 @@ static int on_follow(void *ctx, void *data, size_t size)
 		break;
 	case FOLLOW_NODE_EXEC:
 		/* looked at a moment later, when the loader has mapped its libraries */
+		uid_t uid = node_proc_uid(pid);
+		if (uid == NODE_NO_UID || node_look_refused(j, pid, uid))
+			break; /* gone already, or its user's share of the looks is full */
 		for (int i = 0; i < LOOKS_MAX; i++)
 			if (!j->looks[i].pid || j->looks[i].pid == pid) {
+				j->looks[i].uid = uid;
 				j->looks[i].pid = pid;
 				j->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
 				j->looks[i].tries = 0;

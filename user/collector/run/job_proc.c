@@ -4,10 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/stat.h>
 
 #include "follow.h"
 #include "follow.skel.h"
 #include "job_state.h"
+#include "node_share.h"
 #include "numeric_session.h"
 #include "outpattern.h"
 #include "procstate.h"
@@ -55,7 +57,11 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 		       j->untraced == 1 ? " was" : "es were", JOB_MAX);
 		j->untraced = 0;
 	}
+	uid_t uid = j->node ? node_proc_uid(pid) : 0;
+	if (j->node && node_slot_refused(j, pid, uid))
+		return NULL;
 	struct proc *p = xcalloc(1, sizeof(*p));
+	p->uid = uid;
 	p->s.opts = j->opts;
 	p->s.target.root_fd = -1;
 	p->forked = forked;
@@ -130,6 +136,9 @@ void proc_end(struct proc *p)
 					    p->s.trace.nonfinite != NULL, called);
 		end_words(&p->s, how, sizeof(how));
 		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
+		if (!p->s.discard && called &&
+		    node_disk_refused(&p->opts.record, p->s.target.pid, p->uid, p->out))
+			p->s.discard = 1; /* its user's traces reached their share of --max-disk */
 	}
 	int rc = session_finish(&p->s);
 	watchdog_forget(p->s.target.pid);
@@ -145,6 +154,9 @@ void proc_end(struct proc *p)
 			"once there is room\n", p->s.target.pid, how[0] ? how : "-",
 			trace_tail_bytes(&p->s.trace), p->out);
 	} else if (!rc && how[0]) {
+		struct stat st;
+		if (p->opts.trace.recorded && !stat(p->out, &st))
+			node_disk_add(p->uid, (uint64_t)st.st_size);
 		fprintf(stderr, "%d: trace in %s (%s)\n", p->s.target.pid, p->out, how);
 	} else if (!rc) {
 		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);

@@ -19,8 +19,15 @@ struct ring_buffer;
 #define LOOKS_MAX 256
 /* evmbpf record: how long after its exec a process is looked at (its libraries mapped) */
 #define LOOK_AFTER_NS (100ull * 1000000ull)
-/* evmbpf record: how often a trace kept by a full disk is tried again */
+/* evmbpf record: how soon a trace kept by a full disk is tried again (doubled at each
+ * try, up to KEPT_RETRY_MAX_NS; a try costs a statvfs while the disk lacks its size) */
 #define KEPT_RETRY_NS (2000ull * 1000000ull)
+#define KEPT_RETRY_MAX_NS (64000ull * 1000000ull)
+/* evmbpf record: one user's share (node_share.c) */
+#define USER_SLOTS_MAX (JOB_MAX / 2)
+#define USER_LOOKS_MAX (LOOKS_MAX / 4)
+/* evmbpf record: the loop's time for looks at execs in one round (then the rings) */
+#define LOOKS_ROUND_NS (250ull * 1000000ull)
 
 struct proc {
 	struct session s;
@@ -32,6 +39,20 @@ struct proc {
 	int flushes;               /* evmbpf record: live tails written on request */
 	int kept;                  /* evmbpf record: its trace waits for room on the disk */
 	char how[160];             /* evmbpf record: how it ended, for the kept trace's line */
+	uid_t uid;                 /* evmbpf record: its user (real uid), for the shares */
+	size_t share;              /* evmbpf record: its share of --max-memory */
+};
+
+/* evmbpf record: a trace a full disk kept, as its file's bytes (its process gone) */
+struct kept_trace {
+	pid_t pid;
+	uid_t uid;
+	char path[PATH_MAX];
+	char how[160];
+	char *data;
+	size_t len;
+	uint64_t due_ns;
+	int tries;
 };
 
 struct job {
@@ -58,9 +79,11 @@ struct job {
 		pid_t pid;
 		uint64_t due_ns;
 		int tries;   /* looks put off: the process stood stopped */
+		uid_t uid;   /* its user, whose share it takes */
 	} looks[LOOKS_MAX];
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
-	uint64_t kept_ns;   /* when the traces a full disk kept were last tried */
+	struct kept_trace *kept; /* the traces a full disk kept */
+	int nkept;
 	int full;           /* the last proc_start found no room */
 	int unreadable;     /* the last proc_start that failed could not read the target's
 	                     * build (else it lacked a resource: open files, memory, ...) */

@@ -13,9 +13,11 @@
 #include "dump.h"
 #include "dump_print.h"
 #include "job_state.h"
+#include "node_share.h"
 #include "procstate.h"
 #include "record.h"
 #include "session.h"
+#include "trace.h"
 #include "util.h"
 
 /* The node's execs whose moment has come: a Python that record.c takes is traced. */
@@ -29,51 +31,62 @@ static int look_again(struct job *j, int i, uint64_t now, int most)
 	return 1;
 }
 
+/* The exec waiting in looks[i], looked at now: traced, put off, or dropped. */
+static void node_look(struct job *j, int i, uint64_t now)
+{
+	pid_t pid = j->looks[i].pid;
+	if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0) {
+		j->looks[i].pid = 0;
+		return; /* already traced (a traced process's exec is --follow's) */
+	}
+	/* stopped (another tracer holds it at its exec, before the loader has relocated
+	 * its image, or its user stopped it): looked at again later, at most a minute,
+	 * not judged now (an image not yet relocated is no Python evmbpf can read) */
+	char stat[64];
+	snprintf(stat, sizeof(stat), "/proc/%d/stat", pid);
+	char state = stat_state(stat);
+	if ((state == 'T' || state == 't') && look_again(j, i, now, 120))
+		return;
+	if (!record_wanted(&j->opts->record, j->match, pid)) {
+		j->looks[i].pid = 0;
+		return;
+	}
+	if (record_exe_refused(pid)) {
+		j->looks[i].pid = 0;
+		debugx("%d: its Python could not be traced before: skipped", pid);
+		return;
+	}
+	/* not readable yet (still in the loader: its image not relocated, its libpython
+	 * not mapped): looked at again in a moment, at most ten seconds, before its
+	 * attach says why and its executable is named as one evmbpf cannot read */
+	static struct target probe;
+	memset(&probe, 0, sizeof(probe));
+	probe.root_fd = -1;
+	if (target_inspect_quiet(&probe, pid) && !process_gone(pid) &&
+	    look_again(j, i, now, 20))
+		return;
+	j->looks[i].pid = 0;
+	debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
+	       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
+	struct proc *p = proc_start(j, pid, 0, "exec");
+	if (p && !proc_numeric(j, p))
+		session_announce(&p->s);
+	else if (!p && !j->full && j->unreadable && !process_gone(pid))
+		record_exe_refuse(pid); /* said once; its like skipped from now on */
+}
+
+/* The execs whose moment has come, user by user (the one served longest ago first), for
+ * at most LOOKS_ROUND_NS of the loop: a stream of one user's processes cannot keep
+ * another's from being looked at, nor the rings from being read. */
 static void node_looks(struct job *j)
 {
-	uint64_t now = mono_ns();
-	for (int i = 0; i < LOOKS_MAX; i++) {
-		pid_t pid = j->looks[i].pid;
-		if (!pid || j->looks[i].due_ns > now)
-			continue;
-		if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0) {
-			j->looks[i].pid = 0;
-			continue; /* already traced (a traced process's exec is --follow's) */
-		}
-		/* stopped (another tracer holds it at its exec, before the loader has relocated
-		 * its image, or its user stopped it): looked at again later, at most a minute,
-		 * not judged now (an image not yet relocated is no Python evmbpf can read) */
-		char stat[64];
-		snprintf(stat, sizeof(stat), "/proc/%d/stat", pid);
-		char state = stat_state(stat);
-		if ((state == 'T' || state == 't') && look_again(j, i, now, 120))
-			continue;
-		if (!record_wanted(&j->opts->record, j->match, pid)) {
-			j->looks[i].pid = 0;
-			continue;
-		}
-		if (record_exe_refused(pid)) {
-			j->looks[i].pid = 0;
-			debugx("%d: its Python could not be traced before: skipped", pid);
-			continue;
-		}
-		/* not readable yet (still in the loader: its image not relocated, its libpython
-		 * not mapped): looked at again in a moment, at most ten seconds, before its
-		 * attach says why and its executable is named as one evmbpf cannot read */
-		static struct target probe;
-		memset(&probe, 0, sizeof(probe));
-		probe.root_fd = -1;
-		if (target_inspect_quiet(&probe, pid) && !process_gone(pid) &&
-		    look_again(j, i, now, 20))
-			continue;
-		j->looks[i].pid = 0;
-		debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
-		       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
-		struct proc *p = proc_start(j, pid, 0, "exec");
-		if (p && !proc_numeric(j, p))
-			session_announce(&p->s);
-		else if (!p && !j->full && j->unreadable && !process_gone(pid))
-			record_exe_refuse(pid); /* said once; its like skipped from now on */
+	uint64_t start = mono_ns(), now = start;
+	int i;
+	while (now - start < LOOKS_ROUND_NS && (i = node_next_look(j, now)) >= 0) {
+		uid_t uid = j->looks[i].uid;
+		node_look(j, i, now);
+		node_served(uid);
+		now = mono_ns();
 	}
 }
 
@@ -120,55 +133,81 @@ static void node_flush(struct job *j, pid_t asked)
 		fprintf(stderr, "flush: no live tail had an event to write\n");
 }
 
-/* Each live process's share of --max-memory for its tail, set again as they come and go. */
+/* Each live process's share of --max-memory, set again as they come and go (node_shares:
+ * split between the users first): its module tree's bytes count in it, its tail has the
+ * rest. */
 static void node_bound(struct job *j)
 {
 	uint64_t now = mono_ns();
 	if (now - j->bound_ns < 1000000000ull)
 		return;
 	j->bound_ns = now;
-	int live = 0;
-	uint64_t kept = 0; /* the tails a full disk kept take their part first */
-	for (int i = 0; i < j->n; i++) {
-		live += j->procs[i]->live;
-		if (j->procs[i]->kept)
-			kept += trace_tail_bytes(&j->procs[i]->s.trace);
-	}
-	if (!live)
-		return;
+	uint64_t kept = 0; /* the traces a full disk kept take their part first */
+	for (int i = 0; i < j->nkept; i++)
+		kept += j->kept[i].len;
 	uint64_t max = j->opts->record.max_memory;
-	size_t share = (size_t)((max > 2 * kept ? max - kept : max / 2) / (uint64_t)live);
+	node_shares(j, max > 2 * kept ? max - kept : max / 2);
 	for (int i = 0; i < j->n; i++) {
 		struct proc *p = j->procs[i];
-		if (p->live && trace_tail_bound(&p->s.trace, share))
-			warnx_("%d: its tail reached its share of --max-memory (%zu bytes, %d processes "
-			       "live): the oldest events go first, counted as dropped",
-			       p->s.target.pid, share, live);
+		if (!p->live)
+			continue;
+		size_t model = trace_model_bytes(&p->s.trace), floor = 64u << 10;
+		size_t tail = p->share > model + floor ? p->share - model : floor;
+		if (trace_tail_bound(&p->s.trace, tail))
+			warnx_("%d: its tail reached its share of --max-memory (%zu bytes, %zu of "
+			       "them its module tree's; user %u's processes share %u's part): the "
+			       "oldest events go first, counted as dropped", p->s.target.pid,
+			       p->share, model, (unsigned)p->uid, (unsigned)p->uid);
 	}
 }
 
-/* The traces a full disk kept: tried again every few seconds; `last`: the recorder
- * stops, what still cannot be written is lost (said). */
+/* An ended process whose trace a full disk kept: its file's bytes wait in j->kept, the
+ * process's slot and everything else are freed. */
+static void node_keep(struct job *j, struct proc *p)
+{
+	struct kept_trace k = { .pid = p->s.target.pid, .uid = p->uid };
+	if (!p->kept || trace_take_kept(&p->s.trace, &k.data, &k.len))
+		return;
+	p->kept = 0;
+	snprintf(k.path, sizeof(k.path), "%s", p->out);
+	snprintf(k.how, sizeof(k.how), "%s", p->how);
+	k.due_ns = mono_ns() + KEPT_RETRY_NS;
+	j->kept = xrealloc(j->kept, (size_t)(j->nkept + 1) * sizeof(*j->kept));
+	j->kept[j->nkept++] = k;
+}
+
+/* The traces a full disk kept: tried again, each at its time (2 s, doubled at each try
+ * up to 64 s; a try is a statvfs while the file system lacks room for it); `last`: the
+ * recorder stops, what still cannot be written is lost (said). */
 void node_write_kept(struct job *j, int last)
 {
 	uint64_t now = mono_ns();
-	if (!last && now - j->kept_ns < KEPT_RETRY_NS)
-		return;
-	j->kept_ns = now;
-	for (int i = 0; i < j->n; i++) {
-		struct proc *p = j->procs[i];
-		if (!p->kept)
+	for (int i = 0; i < j->n; i++)
+		if (!j->procs[i]->live)
+			node_keep(j, j->procs[i]);
+	for (int i = 0; i < j->nkept;) {
+		struct kept_trace *k = &j->kept[i];
+		if (!last && now < k->due_ns) {
+			i++;
 			continue;
-		int rc = session_write_kept(&p->s);
-		if (rc == TRACE_KEPT && !last)
+		}
+		int rc = trace_write_kept(k->path, k->data, k->len);
+		if (rc == TRACE_KEPT && !last) {
+			uint64_t wait = KEPT_RETRY_NS << (k->tries < 5 ? ++k->tries : 5);
+			k->due_ns = now + (wait < KEPT_RETRY_MAX_NS ? wait : KEPT_RETRY_MAX_NS);
+			i++;
 			continue;
-		p->kept = 0;
-		if (!rc)
-			fprintf(stderr, "%d: trace in %s (%s), written once there was room\n",
-				p->s.target.pid, p->out, p->how[0] ? p->how : "-");
-		else if (rc == TRACE_KEPT)
+		}
+		if (!rc) {
+			node_disk_add(k->uid, k->len);
+			fprintf(stderr, "%d: trace in %s (%s), written once there was room\n", k->pid,
+				k->path, k->how[0] ? k->how : "-");
+		} else if (rc == TRACE_KEPT) {
 			warnx_("%d: its trace is lost: %s still cannot be written (the disk is full)",
-			       p->s.target.pid, p->out), session_drop_kept(&p->s);
+			       k->pid, k->path);
+		}
+		free(k->data);
+		j->kept[i] = j->kept[--j->nkept];
 	}
 }
 
@@ -176,7 +215,8 @@ void node_step(struct job *j)
 {
 	/* the recorder runs for ever: what an ended process left goes now */
 	for (int i = 0; i < j->n;)
-		if (!j->procs[i]->live && !j->procs[i]->kept) {
+		if (!j->procs[i]->live) {
+			node_keep(j, j->procs[i]);
 			free(j->procs[i]);
 			j->procs[i] = j->procs[--j->n];
 		} else {

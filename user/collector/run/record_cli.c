@@ -19,7 +19,7 @@
 static const char usage[] =
 	"USAGE\n"
 	"  evmbpf record --dir DIR [--tail N] [--match REGEX] [--cgroup PATH]\n"
-	"                [--max-memory SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
+	"                [--max-memory SIZE] [--max-disk SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
 	"  evmbpf record --flush [--pid PID]\n"
 	"\n"
 	"A flight recorder for the whole node: every Python process (those running now, and\n"
@@ -38,6 +38,8 @@ static const char usage[] =
 	"      --cgroup PATH      only processes in this cgroup (v2) or below it\n"
 	"      --max-memory SIZE  every tail together (default 512M; K, M, G): each live\n"
 	"                         process keeps its share, the oldest events go first\n"
+	"      --max-disk SIZE    the traces this recorder writes (default 4G; K, M, G): a\n"
+	"                         user's processes at most half of it\n"
 	"      --keep-all         write every process's tail at its end, whatever the end\n"
 	"      --numeric          tensor stats of CPU tensors (see evmbpf --help)\n"
 	"      --stop-on-nonfinite  a process whose module output holds a NaN or an Inf: its\n"
@@ -109,7 +111,7 @@ static int check_dir(const char *dir)
 	return check_dir_owner(dir);
 }
 
-enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_KEEP, OPT_NUMERIC, OPT_STOP,
+enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_KEEP, OPT_NUMERIC, OPT_STOP,
        OPT_RINGBUF, OPT_FLUSH };
 
 int record_main(int argc, char **argv)
@@ -124,6 +126,7 @@ int record_main(int argc, char **argv)
 		{ "match", required_argument, NULL, OPT_MATCH },
 		{ "cgroup", required_argument, NULL, OPT_CGROUP },
 		{ "max-memory", required_argument, NULL, OPT_MAXMEM },
+		{ "max-disk", required_argument, NULL, OPT_MAXDISK },
 		{ "keep-all", no_argument, NULL, OPT_KEEP },
 		{ "numeric", no_argument, NULL, OPT_NUMERIC },
 		{ "stop-on-nonfinite", no_argument, NULL, OPT_STOP },
@@ -138,6 +141,7 @@ int record_main(int argc, char **argv)
 	struct tracer_opts opts = { .mode = TRACE_NODE, .ringbuf_mb = 2, .quiet = 1 };
 	opts.trace.tail = 5000;
 	opts.record.max_memory = 512ull << 20;
+	opts.record.max_disk = 4ull << 30;
 	int flush = 0, c;
 	long v;
 	pid_t pid = 0;
@@ -152,14 +156,16 @@ int record_main(int argc, char **argv)
 			break;
 		case OPT_MATCH: opts.record.match = optarg; break;
 		case OPT_CGROUP: opts.record.cgroup = optarg; break;
-		case OPT_MAXMEM: {
+		case OPT_MAXMEM:
+		case OPT_MAXDISK: {
 			int64_t size = record_parse_size(optarg);
 			if (size <= 0) {
-				warnx_("--max-memory must be a size (a whole number of bytes, or with K, "
-				       "M or G), not '%s'", optarg);
+				warnx_("%s must be a size (a whole number of bytes, or with K, M or G), "
+				       "not '%s'", c == OPT_MAXMEM ? "--max-memory" : "--max-disk", optarg);
 				return 2;
 			}
-			opts.record.max_memory = (uint64_t)size;
+			*(c == OPT_MAXMEM ? &opts.record.max_memory : &opts.record.max_disk) =
+				(uint64_t)size;
 			break;
 		}
 		case OPT_KEEP: opts.record.keep_all = 1; break;

@@ -337,8 +337,6 @@ int session_finish(struct session *s)
 		cupti_finish(&s->trace);
 		trace_finish(&s->trace, s->ended ? s->exit_code : -1);
 		rc = trace_close(&s->trace);
-		if (rc == TRACE_KEPT) /* its objects go now; its pid may soon be another's */
-			trace_target_gone(&s->trace);
 		status_end(&s->status, &s->trace, dropped);
 	}
 	if (verbose && s->ps)
@@ -357,13 +355,3 @@ int session_finish(struct session *s)
 	return rc;
 }
 
-int session_write_kept(struct session *s)
-{
-	return trace_close(&s->trace); /* written or failed, the trace is freed */
-}
-
-void session_drop_kept(struct session *s)
-{
-	if (trace_is_open(&s->trace))
-		trace_abandon(&s->trace);
-}

@@ -26,12 +26,7 @@ int session_step(struct session *s, pid_t child, int timeout_ms);
 int session_record(void *ctx, void *data, size_t size);
 /* Detach, write the end of the trace and close it; 0, or -1 when it could not be written.
  * evmbpf record: TRACE_KEPT when the disk was full (trace.h): the process is let go, its
- * trace kept as it was for session_write_kept. */
+ * trace kept as its file's bytes (trace_take_kept). */
 int session_finish(struct session *s);
-/* A kept trace written now: 0, TRACE_KEPT (the disk is still full), or -1 (another
- * failure, said; the trace is gone). */
-int session_write_kept(struct session *s);
-/* A kept trace given up: its memory freed, nothing written. */
-void session_drop_kept(struct session *s);
 
 #endif

@@ -20,6 +20,8 @@ struct record_opts {
 	const char *match;       /* --match REGEX on the command line, or NULL */
 	const char *cgroup;      /* --cgroup PATH (under /sys/fs/cgroup), or NULL */
 	uint64_t max_memory;     /* --max-memory: bytes, every tail together */
+	uint64_t max_disk;       /* --max-disk: bytes of traces this recorder writes (a user
+	                          * half of it) */
 	int keep_all;            /* --keep-all: every tail is written at its process's end */
 };
 

@@ -170,6 +170,7 @@ int modtree_build(struct modtree *t, const struct pyreader *r, uint64_t root)
 	struct budget b = { .deadline_ns = mono_now() + MODTREE_NS_MAX };
 	struct walk w = { .t = t, .r = r, .prefix = "", .budget = &b };
 	visit(&w, root, "");
+	t->bytes = (size_t)b.bytes + t->cap * sizeof(*t->slots);
 	return w.failed ? -1 : (int)t->count;
 }
 

@@ -16,6 +16,7 @@ struct modtree {
 	struct mod_entry *slots; /* open addressing on obj */
 	size_t cap, count;
 	const char *cut; /* why the last walk stopped before its end (a bound), or NULL */
+	size_t bytes;    /* what it holds: its names and its table (--max-memory counts it) */
 };
 
 /* Walk root._modules recursively (pre-order, first name wins). Returns the number of

@@ -4,8 +4,11 @@
 #include "trace.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -489,19 +492,35 @@ int trace_tail_bound(struct trace *t, size_t max_bytes)
 
 size_t trace_tail_bytes(const struct trace *t)
 {
-	return t->tail ? sink_tail_bytes(t->tail) : 0;
+	return t->tail ? sink_tail_bytes(t->tail) : t->kept_len;
+}
+
+size_t trace_model_bytes(const struct trace *t)
+{
+	return t->mods.bytes;
 }
 
 /* The tail written to path as a file of its own, numbered on from the trace's lines, the
  * trace left as it was: open_frames, the frames still open `unwound` ("session ended");
  * then the closing marks. 0, or the errno of the creation or write that failed (said,
  * the file removed). */
+static int write_tail_copy_to(struct trace *t, struct sink *file, const char *path,
+			      int open_frames, const char *why, const char *threads_json);
+
 static int write_tail_copy(struct trace *t, const char *path, int open_frames, const char *why,
 			   const char *threads_json)
 {
 	struct sink *file = sink_file_open(path, 0);
 	if (!file)
 		return errno ? errno : EIO;
+	return write_tail_copy_to(t, file, path, open_frames, why, threads_json);
+}
+
+/* The tail's copy into file (freed here); path: the file's, removed when it fails (NULL:
+ * memory). 0, or the errno of the failure. */
+static int write_tail_copy_to(struct trace *t, struct sink *file, const char *path,
+			      int open_frames, const char *why, const char *threads_json)
+{
 	struct sink *tail = sink_tail_new(file, (size_t)t->opts.tail);
 	sink_tail_copy(t->tail, tail);
 	struct sink *live = t->sink;
@@ -518,7 +537,7 @@ static int write_tail_copy(struct trace *t, const char *path, int open_frames, c
 		trace_write_recorded(t, next_i++, why, threads_json);
 	int err = sink_flush(tail);
 	sink_free(tail);
-	if (err) {
+	if (err && path) {
 		warnx_("cannot write %s: %s", path, strerror(err));
 		unlink(path);
 	}
@@ -561,6 +580,9 @@ int trace_flush(struct trace *t)
 /* What the records built, freed (the sinks apart). */
 static void free_state(struct trace *t)
 {
+	free(t->kept_data);
+	t->kept_data = NULL;
+	t->kept_len = 0;
 	stacks_free(t);
 	free(t->last_exc);
 	t->last_exc = NULL;
@@ -571,6 +593,80 @@ static void free_state(struct trace *t)
 	typenames_free(&t->typenames);
 	pyre_free(t->pattern);
 	t->pattern = NULL;
+}
+
+/* A full disk: the file's bytes made now, once, in memory (t->kept_data), and all the
+ * rest freed (its tail's raw events, its module tree, its type names): what waits for
+ * room is the file alone, and each try writes it as it is. 0, or -1 (no memory: the
+ * trace is lost, said). */
+static int keep_image(struct trace *t)
+{
+	char *data = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&data, &len);
+	if (!m) {
+		warnx_("%s: the disk is full and its trace cannot be kept: %s", t->out_path,
+		       strerror(errno));
+		return -1;
+	}
+	int err = write_tail_copy_to(t, sink_file_stream(m), NULL, 0, t->recorded_why[0] ?
+				     t->recorded_why : NULL, NULL);
+	if (err) {
+		free(data);
+		warnx_("%s: the disk is full and its trace cannot be kept: %s", t->out_path,
+		       strerror(err));
+		return -1;
+	}
+	sink_free(t->sink);
+	t->sink = t->file = t->tail = NULL;
+	free_state(t);
+	t->kept_data = data;
+	t->kept_len = len;
+	return 0;
+}
+
+int trace_take_kept(struct trace *t, char **data, size_t *len)
+{
+	if (!t->kept_data)
+		return -1;
+	*data = t->kept_data;
+	*len = t->kept_len;
+	t->kept_data = NULL;
+	t->kept_len = 0;
+	return 0;
+}
+
+int trace_write_kept(const char *path, const char *data, size_t len)
+{
+	/* no room yet: not tried (a try costs a file's worth of writes) */
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = 0;
+	struct statvfs vfs;
+	if (!statvfs(slash ? (dir[0] ? dir : "/") : ".", &vfs) &&
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)len + (1u << 20))
+		return TRACE_KEPT;
+	int quiet = warn_silent;
+	warn_silent = 1; /* the first try said why */
+	struct sink *file = sink_file_open(path, 0);
+	warn_silent = quiet;
+	if (!file)
+		return errno == ENOSPC || errno == EDQUOT ? TRACE_KEPT : -1;
+	struct buf b = { 0 };
+	buf_put(&b, data, len);
+	sink_put(file, &b);
+	buf_free(&b);
+	int err = sink_flush(file);
+	sink_free(file);
+	if (!err)
+		return 0;
+	unlink(path);
+	if (err == ENOSPC || err == EDQUOT)
+		return TRACE_KEPT;
+	warnx_("cannot write %s: %s", path, strerror(err));
+	return -1;
 }
 
 int trace_close(struct trace *t)
@@ -587,7 +683,7 @@ int trace_close(struct trace *t)
 		int err = write_tail_copy(t, t->out_path, 0, t->recorded_why[0] ? t->recorded_why :
 					  NULL, NULL);
 		warn_silent = quiet;
-		if (err == ENOSPC || err == EDQUOT)
+		if ((err == ENOSPC || err == EDQUOT) && !keep_image(t))
 			return TRACE_KEPT;
 		sink_free(t->sink);
 		t->sink = t->file = t->tail = NULL;

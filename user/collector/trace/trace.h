@@ -24,6 +24,13 @@ void trace_record(struct trace *t, const void *data, size_t size);
  * later (or trace_abandon'ed). */
 #define TRACE_KEPT 1
 int trace_close(struct trace *t);
+/* A trace trace_close kept (TRACE_KEPT): its file's bytes, made when the disk was first
+ * found full (the trace's other state is freed then), handed to the caller: 0, or -1
+ * when it has none. trace_write_kept: those bytes into path, created as the trace's file
+ * is; 0, TRACE_KEPT (still no room: not tried while the file system lacks its size, or
+ * ENOSPC/EDQUOT), or -1 (failed, said). */
+int trace_take_kept(struct trace *t, char **data, size_t *len);
+int trace_write_kept(const char *path, const char *data, size_t len);
 /* The process and its BPF maps are gone: nothing more is read from them (a kept trace's
  * descriptions use the names taken when their events came). */
 void trace_target_gone(struct trace *t);
@@ -40,6 +47,8 @@ int trace_out_fd(const struct trace *t);
  * holds now, in bytes. */
 int trace_tail_bound(struct trace *t, size_t max_bytes);
 size_t trace_tail_bytes(const struct trace *t);
+/* What its module tree holds, in bytes (names and table: counted in --max-memory) */
+size_t trace_model_bytes(const struct trace *t);
 /* The live tail written to path now, as a detach now would have written it: the tail,
  * the frames still open `unwound` ("session ended"), the `dropped` line, and the
  * closing `recorded` mark, with threads_json (what each thread runs now, as `evmbpf dump

@@ -115,6 +115,8 @@ struct trace {
 	                                  * of events it causes (unwound frames, errors) */
 	int write_reported;              /* the file's failure has been said on stderr */
 	int write_tries;                 /* evmbpf record: tries to write it (a full disk) */
+	char *kept_data;                 /* evmbpf record: a full disk's trace, its file's bytes */
+	size_t kept_len;
 	int target_gone;                 /* nothing more is read from the process */
 	struct rec_orphan early[64];     /* orphans seen before the model was known */
 	struct rec_bound_enter bound;    /* a bound call's entry, described by the next REC_ENTER */

@@ -611,15 +611,21 @@ class TestKeepAllAndMatch:
         wanted = wanted_folder(base, RECORD_ANY, RAISES)
         rec = Recorder(base / "traces", "--keep-all", "--match", WANTED, pidfile=base / "pid")
         procs = {}
+        go = str(base / "go")  # the selected ones wait until the recorder has attached
+        wait = ("--wait-for", go, "--wait-timeout", "300")
         try:
             procs = {
-                "clean": workload(str(wanted / "record_any.py")),          # exit 0: keep-all
+                "clean": workload(str(wanted / "record_any.py"), *wait),   # exit 0: keep-all
                 "unmatched": workload(RAISES),                              # raises, not selected
-                "matched": workload(str(wanted / "raises.py")),             # raises, selected
+                "matched": workload(str(wanted / "raises.py"), *wait),     # raises, selected
                 "no_torch": subprocess.Popen([HOST_PYTHON, "-c", NO_TORCH.replace(
                     "raise ValueError('no torch here')", "pass"), WANTED],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()),
             }
+            for name in ("clean", "matched"):
+                started(procs[name])
+                rec.wait_attached(procs[name].pid, procs[name])
+            open(go, "w").close()
             ends = {}
             for name, proc in procs.items():
                 _, err = proc.communicate(timeout=300)

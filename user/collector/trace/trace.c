@@ -646,7 +646,7 @@ int trace_write_kept(const char *path, const char *data, size_t len)
 		*slash = 0;
 	struct statvfs vfs;
 	if (!statvfs(slash ? (dir[0] ? dir : "/") : ".", &vfs) &&
-	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)len + (1u << 20))
+	    (uint64_t)vfs.f_bavail * vfs.f_frsize < (uint64_t)len)
 		return TRACE_KEPT;
 	int quiet = warn_silent;
 	warn_silent = 1; /* the first try said why */

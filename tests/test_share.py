@@ -44,7 +44,20 @@ def test_ranks_share_one_object(tmp_path):
     assert objects_loaded(r.stderr) == 1, r.stderr[-3000:]
     shares = re.findall(r"^evmbpf: (\d+) shares BPF object 1, slot (\d+)", r.stderr, re.M)
     assert len(shares) == 5, r.stderr[-3000:]
-    assert len({slot for _, slot in shares}) == 5  # live at once: each its own slot
+    # each its own slot while it lives: a slot serves another only after its process ended
+    lines = r.stderr.splitlines()
+    holder = {}
+    for k, line in enumerate(lines):
+        m = re.match(r"evmbpf: (\d+)(?: shares BPF object 1|: BPF object 1 loaded), slot (\d+)",
+                     line)
+        if not m:
+            continue
+        pid, slot = m.groups()
+        if slot in holder:
+            before, at = holder[slot]
+            assert any(l.startswith(f"{before}: trace in ") for l in lines[at:k]), (
+                f"slot {slot} served {pid} while {before} lived:\n" + r.stderr[-3000:])
+        holder[slot] = (pid, k)
     for rank in range(2):
         with open(os.path.join(outdir, f"rank{rank}.pid")) as handle:
             pid = int(handle.read())

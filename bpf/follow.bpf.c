@@ -24,7 +24,11 @@
  * the recorder looks at the process a moment later, once its libraries are mapped, and
  * traces it when it is Python; the processes it traces are followed as above. The OOM
  * killer's choice of a followed process is reported (oom:mark_victim), so that its trace
- * can tell it from a `kill -9`. */
+ * can tell it from a `kill -9`.
+ *
+ * A user's processes followed through their forks are at most follow_user_max (its real
+ * uid at the fork): a fork bomb under one user's traced process does not fill `followed`
+ * for every other user. A fork past it is reported FORK_UNFOLLOWED and let go. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -33,12 +37,31 @@
 
 char LICENSE[] SEC("license") = "GPL";
 
+#define FOLLOWED_MAX 16384
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, FOLLOWED_MAX);
 	__type(key, __u32);   /* tgid */
 	__type(value, __u32); /* FOLLOWED | FOLLOWED_PYTHON */
 } followed SEC(".maps");
+
+/* the processes follow_fork added: each one's user, and how many each user has */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, FOLLOWED_MAX);
+	__type(key, __u32);   /* tgid */
+	__type(value, __u32); /* its real uid at its fork */
+} followed_uid SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);   /* uid */
+	__type(value, __u32); /* its processes in followed_uid */
+} user_followed SEC(".maps");
+
+const volatile __u32 follow_user_max = FOLLOWED_MAX / 16;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -74,10 +97,26 @@ int BPF_PROG(follow_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 *v = bpf_map_lookup_elem(&followed, &ptgid);
 	if (!v)
 		return 0;
-	__u32 flags = FOLLOWED;
-	bpf_map_update_elem(&followed, &ctgid, &flags, BPF_ANY);
 	/* seized at its birth (PTRACE_O_TRACEFORK): it waits in its first ptrace stop */
 	__u32 why = seized_by_us(child) ? FORK_HELD : 0;
+	__u32 uid = BPF_CORE_READ(child, real_cred, uid.val), one = 1;
+	__u32 *n = bpf_map_lookup_elem(&user_followed, &uid);
+	if (n && *n >= follow_user_max) {
+		report(FOLLOW_FORK, ctgid, ptgid, why | FORK_UNFOLLOWED, 0);
+		return 0;
+	}
+	__u32 flags = FOLLOWED;
+	if (bpf_map_update_elem(&followed, &ctgid, &flags, BPF_ANY)) {
+		report(FOLLOW_FORK, ctgid, ptgid, why | FORK_UNFOLLOWED, 0); /* the map is full */
+		return 0;
+	}
+	if (!bpf_map_update_elem(&followed_uid, &ctgid, &uid, BPF_NOEXIST)) {
+		if (n)
+			__sync_fetch_and_add(n, 1);
+		else if (bpf_map_update_elem(&user_followed, &uid, &one, BPF_NOEXIST) &&
+			 (n = bpf_map_lookup_elem(&user_followed, &uid)))
+			__sync_fetch_and_add(n, 1); /* another fork made its entry first */
+	}
 	if ((*v & FOLLOWED_PYTHON) && child->mm != parent->mm)
 		why |= FORK_OF_PYTHON;
 	report(FOLLOW_FORK, ctgid, ptgid, why, 0);
@@ -138,6 +177,13 @@ int BPF_PROG(follow_exit, struct task_struct *p, bool group_dead)
 	if (!group_dead || !bpf_map_lookup_elem(&followed, &tgid))
 		return 0;
 	bpf_map_delete_elem(&followed, &tgid);
+	__u32 *uid = bpf_map_lookup_elem(&followed_uid, &tgid);
+	if (uid) {
+		__u32 *n = bpf_map_lookup_elem(&user_followed, uid);
+		if (n && *n)
+			__sync_fetch_and_add(n, (__u32)-1);
+		bpf_map_delete_elem(&followed_uid, &tgid);
+	}
 	report(FOLLOW_EXIT, tgid, p->pid, 0, p->exit_code);
 	return 0;
 }

@@ -23,6 +23,7 @@ enum follow_kind {
 /* FOLLOW_FORK's why */
 #define FORK_HELD 1u       /* seized at its birth: in its first ptrace stop until resumed */
 #define FORK_OF_PYTHON 2u  /* a fork (not vfork) of a traced Python: the same interpreter */
+#define FORK_UNFOLLOWED 4u /* its user has follow_user_max processes followed: not followed */
 
 /* FOLLOW_STOPPED's exit_code: how the process is stopped */
 #define STOP_NONE 0        /* not stopped: neither seized by evmbpf nor its child */

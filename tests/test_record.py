@@ -1395,3 +1395,90 @@ def test_a_stream_of_one_users_processes(evmbpf, refs, tmp_path):
         others = [line for line in between if re.match(r"attached to \d+ ", line)]
         assert len(others) <= 3, (pid, others)
         assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+SLEEPER = "import time; time.sleep(60)"
+
+
+def test_user_slot_share(evmbpf, refs, tmp_path, monkeypatch):
+    """A user's share of the slots (set to 2 for the test, EVMBPF_TEST_USER_SLOTS; 128 of
+    256 otherwise): nobody's first two processes are traced, its third is not (said),
+    and root's raises.py beside them is traced, its file the reference's."""
+    monkeypatch.setenv("EVMBPF_TEST_USER_SLOTS", "2")
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            go = os.path.join(gos, "go")
+            traces = tmp_path / "traces"
+            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+            sleepers = []
+            try:
+                for i in range(3):
+                    sleepers.append(subprocess.Popen(
+                        ["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c", SLEEPER,
+                         "evmbpf-wanted-sleeper"], stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL, start_new_session=True))
+                    if i < 2:
+                        rec.wait_for(r"^attached to \d+ ", count=i + 1)
+                rec.wait_for(r"^evmbpf: user 65534 has 2 processes traced, its share of the "
+                             r"recorder's 256: \d+ is not traced")
+                pid, _ = raises_as(rec, script, go)
+                path = settled_file(traces, pid)
+            finally:
+                for proc in sleepers:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                assert rec.stop() == 0, rec.stderr()
+    assert rec.count(r"^attached to \d+ ") == 3, rec.stderr()  # nobody's two, root's one
+    assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+FORKER = ("import os, sys, time\n"
+          "while not os.path.exists(sys.argv[1]):\n"
+          "    time.sleep(0.01)\n"
+          "kids = []\n"
+          "for _ in range(4):\n"
+          "    pid = os.fork()\n"
+          "    if pid == 0:\n"
+          "        time.sleep(2)\n"
+          "        os._exit(0)\n"
+          "    kids.append(pid)\n"
+          "for pid in kids:\n"
+          "    os.waitpid(pid, 0)\n")
+
+
+def test_followed_share(evmbpf, refs, tmp_path, monkeypatch):
+    """A user's share of the processes followed through their forks (set to 2 for the
+    test, EVMBPF_TEST_FOLLOW_USER_MAX; 1024 otherwise): a traced Python of nobody's forks
+    four children; the first two are traced from their birth, the other two are let go
+    unfollowed (said once) and run to their end, and the parent with them; root's
+    raises.py is traced after that, its file the reference's."""
+    monkeypatch.setenv("EVMBPF_TEST_FOLLOW_USER_MAX", "2")
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            go = os.path.join(gos, "go")
+            traces = tmp_path / "traces"
+            rec = Recorder(traces, "-v", "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+            forker = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
+                                       FORKER, go, "evmbpf-wanted-forker"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                rec.wait_for(r"^attached to \d+ ", proc=forker)
+                parent = int(re.search(r"^attached to (\d+) ", rec.stderr(), re.M).group(1))
+                open(go, "w").close()
+                _, err = forker.communicate(timeout=120)
+                assert forker.returncode == 0, err
+                os.unlink(go)
+                rec.wait_for(r"is not followed, nor the next ones past it")
+                pid, _ = raises_as(rec, script, go)
+                path = settled_file(traces, pid)
+            finally:
+                if forker.poll() is None:
+                    forker.kill()
+                assert rec.stop() == 0, rec.stderr()
+    assert rec.count(rf"tracing \d+, forked by {parent}") == 2, rec.stderr()
+    assert rec.count(r"is not followed, nor the next ones past it") == 1, rec.stderr()
+    assert_equals_reference_tail(refs["raises-tail"], path)

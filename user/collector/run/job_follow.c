@@ -103,6 +103,21 @@ static int on_follow(void *ctx, void *data, size_t size)
 	case FOLLOW_FORK:
 		debugx("%d forked %d%s", (int)r->hdr.tid, pid,
 		       (r->why & FORK_HELD) ? " (held from its birth)" : "");
+		if (r->why & FORK_UNFOLLOWED) {
+			/* its user's share of the followed processes is taken: let go, unseized */
+			static uint64_t said;
+			if (!said++)
+				warnx_("a user has %u processes followed through their forks, its "
+				       "share (or all users' fill the table): %d, forked by %d, is "
+				       "not followed, nor the next ones past it (said once)",
+				       (unsigned)j->fskel->rodata->follow_user_max, pid,
+				       (int)r->hdr.tid);
+			else
+				debugx("%d is not followed: its user's share is taken", pid);
+			if (r->why & FORK_HELD)
+				hold_release(pid, 0);
+			break;
+		}
 		if (!(r->why & FORK_HELD))
 			break; /* not seized: followed, its stops made by no one */
 		if (r->why & FORK_OF_PYTHON) {
@@ -191,6 +206,9 @@ int follow_load(struct job *j)
 	if (j->fskel) {
 		j->fskel->rodata->follow_node = j->node;
 		j->fskel->rodata->tracer_tgid = (uint32_t)getpid();
+		const char *most = getenv("EVMBPF_TEST_FOLLOW_USER_MAX"); /* tests only */
+		if (most && atoi(most) > 0)
+			j->fskel->rodata->follow_user_max = (uint32_t)atoi(most);
 		bpf_program__set_autoload(j->fskel->progs.follow_oom, j->node);
 	}
 	if (!j->fskel || follow_bpf__load(j->fskel)) {

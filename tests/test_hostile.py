@@ -160,6 +160,10 @@ def test_module_graph_is_bounded(evmbpf, tmp_path, kind, bound):
     assert bound in result.stderr, result.stderr
     events = load(out)
     assert [e["module"] for e in events if e["event"] == "enter"] == ["<root>"]
+    # the trace says so too: its closing mark names the bound and what was named
+    cut = [e for e in load(out, marks=True) if e["event"] == "unobservable"
+           and e.get("what") == ["modules"]]
+    assert len(cut) == 1 and bound in cut[0]["detail"] and cut[0]["named"] >= 1, cut
     import json
     peak = json.load(open(stats))["maxrss_kb"]  # evmbpf's own (getrusage RUSAGE_SELF)
     assert peak < 200 * 1024, f"evmbpf's peak resident size: {peak} kB"

@@ -533,6 +533,8 @@ static int write_tail_copy_to(struct trace *t, struct sink *file, const char *pa
 	sink_finish(tail, &next_i);
 	if (!hw_watch_works())
 		trace_write_unobservable(t, next_i++);
+	if (t->mods.cut)
+		trace_write_model_cut(t, next_i++);
 	if (why)
 		trace_write_recorded(t, next_i++, why, threads_json);
 	int err = sink_flush(tail);
@@ -694,6 +696,8 @@ int trace_close(struct trace *t)
 	sink_finish(t->sink, &next_i);
 	if (!sink_file_error(t->file) && t->events && !hw_watch_works())
 		trace_write_unobservable(t, next_i++);
+	if (!sink_file_error(t->file) && t->events && t->mods.cut)
+		trace_write_model_cut(t, next_i++);
 	if (!sink_file_error(t->file) && t->events && t->recorded_why[0])
 		trace_write_recorded(t, next_i++, t->recorded_why, NULL);
 	int err = sink_flush(t->sink);

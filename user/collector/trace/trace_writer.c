@@ -173,6 +173,17 @@ void trace_write_unobservable(struct trace *t, int64_t i)
 	put_mark(t, &b, i);
 }
 
+void trace_write_model_cut(struct trace *t, int64_t i)
+{
+	struct buf b = {0};
+	buf_puts(&b, "{\"event\": \"unobservable\", \"what\": [\"modules\"], \"why\": "
+		 "\"the model's module tree was read up to evmbpf's bound: the calls of the "
+		 "modules past it are not traced\", \"detail\": ");
+	jw_cstr(&b, t->mods.cut);
+	buf_printf(&b, ", \"named\": %zu", t->mods.count);
+	put_mark(t, &b, i);
+}
+
 void trace_write_recorded(struct trace *t, int64_t i, const char *why, const char *threads)
 {
 	struct buf b = {0};

@@ -16,6 +16,9 @@ void trace_set_dropped(struct trace *t, uint64_t dropped);
 /* The closing mark of a machine whose hardware breakpoints do not fire: what the trace
  * could not observe, as line number i. */
 void trace_write_unobservable(struct trace *t, int64_t i);
+/* The mark of a module tree read up to its bound (struct modtree's cut): which bound,
+ * how many modules are named; the calls of the others are not traced. */
+void trace_write_model_cut(struct trace *t, int64_t i);
 /* evmbpf record's closing mark: why it wrote the file, line i; with `threads` (a JSON
  * document, or NULL) under that key. */
 void trace_write_recorded(struct trace *t, int64_t i, const char *why, const char *threads);

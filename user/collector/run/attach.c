@@ -12,6 +12,7 @@
 
 #include "hold.h"
 #include "procstate.h"
+#include "pyframes.h"
 #include "util.h"
 
 /* --pid: the modules running on each thread when the probes went live. A uretprobe arms
@@ -23,26 +24,22 @@
 void watch_running_modules(struct session *s)
 {
 	struct target *t = &s->target;
-	const struct py_offsets *o = t->off;
-	const struct pyreader *r = &t->reader;
 	if (!s->ps || !t->runtime || !s->ps->hold_next)
 		return;
 	if (hold_stop_all(t->pid))
 		debugx("%d did not stop within 500 ms; reading its frames anyway", t->pid);
-	uint64_t interp = pm_u64(r, t->runtime + o->runtime_interp_head, NULL);
-	uint64_t ts = interp ? pm_u64(r, interp + o->interp_threads_head, NULL) : 0;
+	uint64_t ts = 0;
+	py_threads_first(t, &ts);
 	unsigned threads = 0, modules = 0;
-	for (int n = 0; ts && n < 1024; n++, ts = pm_u64(r, ts + o->tstate_next, NULL)) {
+	/* pyframes.c's walk (the one the tracebacks and evmbpf dump use): a frame the C
+	 * stack owns (3.12+) is passed over, and a code object is one by its type */
+	for (int n = 0; ts && n < 1024; n++, ts = py_thread_next(t, ts)) {
 		uint64_t frames[64], firsts[64], selves[64], prev = 0;
 		unsigned k = 0;
-		uint64_t f = pm_u64(r, ts + o->tstate_frame, NULL);
-		if (o->tstate_cframe && f)
-			f = pm_u64(r, f + o->cframe_frame, NULL);
-		for (int depth = 0; f && depth < 256 && k < 64;
-		     depth++, f = pm_u64(r, f + o->frame_back, NULL)) {
-			uint64_t code = o->version <= 310 ? pm_u64(r, f + o->frameobj_code, NULL)
-							  : pm_u64(r, f + o->iframe_code, NULL) & ~3ULL;
-			uint64_t first = pm_u64(r, f + o->iframe_localsplus, NULL) & ~3ULL;
+		uint64_t f = py_thread_frame(t, ts);
+		for (int depth = 0; f && depth < 256 && k < 64; depth++, f = py_frame_back(t, f)) {
+			uint64_t code = py_frame_code(t, f);
+			uint64_t first = code ? py_frame_first_local(t, f) : 0;
 			if (!code || !trace_is_module_call(&s->trace, code, first))
 				continue;
 			uint64_t self = trace_first_object(&s->trace, first);

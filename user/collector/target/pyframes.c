@@ -254,6 +254,11 @@ uint64_t py_frame_code(const struct target *t, uint64_t f)
 	return code;
 }
 
+uint64_t py_frame_first_local(const struct target *t, uint64_t f)
+{
+	return pm_u64(&t->reader, f + t->off->iframe_localsplus, NULL) & ~3ULL;
+}
+
 int py_frame_line(const struct target *t, uint64_t f, uint64_t code)
 {
 	struct code_loc loc;

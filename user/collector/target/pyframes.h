@@ -55,6 +55,8 @@ uint64_t py_frame_back(const struct target *t, uint64_t f);
 /* The code object a frame of the chain runs, or 0 for a frame to pass over (a C-stack
  * entry frame of 3.12+, or no code object there). */
 uint64_t py_frame_code(const struct target *t, uint64_t f);
+/* A frame's first local (a method's self), its tag bits cleared; 0 when not read. */
+uint64_t py_frame_first_local(const struct target *t, uint64_t f);
 /* The line a frame is at: 3.11+ from the location table at the instruction pointer,
  * 3.10 from co_linetable, 3.9 from co_lnotab; -1 when not known. py_frame_loc gives on
  * 3.11+ its columns too (loc: -1 where not known). */

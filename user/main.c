@@ -82,7 +82,7 @@ static const char usage[] =
 	"  -h, --help           this text\n"
 	"\n"
 	"Needs root, or CAP_BPF + CAP_PERFMON + CAP_SYS_PTRACE. Supports CPython 3.9 to 3.14\n"
-	"(release builds with the GIL) and the torch versions listed in the README.\n"
+	"(release builds with the GIL) and the torch versions listed in docs/tracing.md.\n"
 	"\n"
 	"EXAMPLES\n"
 	"  sudo evmbpf --pid 1234 --out trace.jsonl        attach; Ctrl-C or the target's exit ends it\n"

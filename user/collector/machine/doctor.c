@@ -173,7 +173,7 @@ static int check_machine(void)
 			"allow uprobes only with CAP_SYS_ADMIN)", present, absent);
 	else
 		line(0, "privileges: %s%s; missing %s: run evmbpf with sudo, or with CAP_BPF, "
-			"CAP_PERFMON and CAP_SYS_PTRACE (README: Privileges)",
+			"CAP_PERFMON and CAP_SYS_PTRACE (docs/operations.md: Privileges)",
 		     present[0] ? "present " : "none of the needed capabilities", present, absent);
 
 	libbpf_set_print(libbpf_quiet);

@@ -11,7 +11,7 @@
 #include "doctor.h"
 #include "dump.h"
 #include "gpu_calls.h"
-#include "modfilter.h"
+#include "options.h"
 #include "outpattern.h"
 #include "pyre.h"
 #include "readers.h"
@@ -161,15 +161,6 @@ static int parse_pids(char *arg, struct tracer_opts *opts)
 	return 0;
 }
 
-/* --modules REGEX: compiled once here, so that a bad pattern is said before tracing */
-static int parse_modules(const char *arg, struct tracer_opts *opts)
-{
-	if (modfilter_check(arg))
-		return -1;
-	opts->trace.modules = arg;
-	return 0;
-}
-
 /* --phase NAME=[MODULE:]QUALNAME, repeatable */
 static int parse_phase(const char *arg, struct tracer_opts *opts)
 {
@@ -189,20 +180,6 @@ static int parse_phase(const char *arg, struct tracer_opts *opts)
 	return 0;
 }
 
-/* --ringbuf-mb N */
-static int parse_ringbuf(const char *arg, struct tracer_opts *opts)
-{
-	long v;
-	if (parse_long(arg, "--ringbuf-mb", 1, 1024, &v))
-		return -1;
-	if (v & (v - 1)) {
-		warnx_("--ringbuf-mb must be a power of two");
-		return -1;
-	}
-	opts->ringbuf_mb = v;
-	return 0;
-}
-
 /* what getopt_long could not take: one line, what was wrong, and where to look */
 static void say_bad_option(int c, char **argv)
 {
@@ -219,7 +196,9 @@ static void say_bad_option(int c, char **argv)
  * status evmbpf ends with (0 after --version and --help, 2 for a bad option). */
 static int take_option(int c, char **argv, struct tracer_opts *opts)
 {
-	long v;
+	int shared = option_shared(c, optarg, opts);
+	if (shared)
+		return shared > 0 ? -1 : 2;
 	switch (c) {
 	case 'p':
 		return parse_pids(optarg, opts) ? 2 : -1;
@@ -233,20 +212,11 @@ static int take_option(int c, char **argv, struct tracer_opts *opts)
 		}
 		opts->out = optarg;
 		return -1;
-	case 'm':
-		return parse_modules(optarg, opts) ? 2 : -1;
-	case 't':
-		if (parse_long(optarg, "--tail", 1, 100000000, &v))
-			return 2;
-		opts->trace.tail = v;
-		return -1;
 	case 'F':
 		opts->force = 1;
 		return -1;
 	case 'P':
 		return parse_phase(optarg, opts) ? 2 : -1;
-	case 'R':
-		return parse_ringbuf(optarg, opts) ? 2 : -1;
 	case 'S':
 		opts->stats = optarg;
 		return -1;
@@ -255,18 +225,8 @@ static int take_option(int c, char **argv, struct tracer_opts *opts)
 	case 'q':
 		opts->quiet = 1;
 		return -1;
-	case 'X':
-		opts->trace.stop_on_nonfinite = 1;
-		opts->trace.numeric = 1; /* it implies --numeric */
-		return -1;
-	case 'N':
-		opts->trace.numeric = 1;
-		return -1;
 	case 'C':
 		opts->cupti = 1;
-		return -1;
-	case 'v':
-		verbose++;
 		return -1;
 	case 'V':
 		printf("evmbpf %s (libbpf %u.%u, trace schema 1.1)\n", EVMBPF_VERSION,
@@ -332,23 +292,18 @@ int main(int argc, char **argv)
 		{ "pid", required_argument, NULL, 'p' },
 		{ "follow", no_argument, NULL, 'f' },
 		{ "out", required_argument, NULL, 'o' },
-		{ "modules", required_argument, NULL, 'm' },
-		{ "tail", required_argument, NULL, 't' },
+		OPTIONS_SHARED,
 		{ "force", no_argument, NULL, 'F' },
-		{ "ringbuf-mb", required_argument, NULL, 'R' },
 		{ "phase", required_argument, NULL, 'P' },
 		{ "stats", required_argument, NULL, 'S' },
 		{ "probe-floor", optional_argument, NULL, 'B' },
 		{ "quiet", no_argument, NULL, 'q' },
-		{ "numeric", no_argument, NULL, 'N' },
-		{ "stop-on-nonfinite", no_argument, NULL, 'X' },
 		{ "cupti", no_argument, NULL, 'C' },
-		{ "verbose", no_argument, NULL, 'v' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct tracer_opts opts = { .ringbuf_mb = 16 };
+	struct tracer_opts opts = { .ringbuf_mb = RINGBUF_MB_TRACER };
 	int c;
 	opterr = 0;
 	static pid_t pids[256];

@@ -2,7 +2,7 @@
  * (docs/record.md). The recording itself is job.c's loop with record.c's source. */
 #include "record.h"
 #include "record_cli.h"
-#include "modfilter.h"
+#include "options.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -111,8 +111,7 @@ static int check_dir(const char *dir)
 	return check_dir_owner(dir);
 }
 
-enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_KEEP, OPT_NUMERIC, OPT_STOP,
-       OPT_RINGBUF, OPT_FLUSH };
+enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_KEEP, OPT_FLUSH };
 
 int record_main(int argc, char **argv)
 {
@@ -121,24 +120,20 @@ int record_main(int argc, char **argv)
 	unsetenv("SUDO_UID");
 	unsetenv("SUDO_GID");
 	static const struct option longopts[] = {
+		OPTIONS_SHARED,
 		{ "dir", required_argument, NULL, OPT_DIR },
-		{ "tail", required_argument, NULL, 't' },
 		{ "match", required_argument, NULL, OPT_MATCH },
 		{ "cgroup", required_argument, NULL, OPT_CGROUP },
 		{ "max-memory", required_argument, NULL, OPT_MAXMEM },
 		{ "max-disk", required_argument, NULL, OPT_MAXDISK },
 		{ "keep-all", no_argument, NULL, OPT_KEEP },
-		{ "numeric", no_argument, NULL, OPT_NUMERIC },
-		{ "stop-on-nonfinite", no_argument, NULL, OPT_STOP },
-		{ "modules", required_argument, NULL, 'm' },
-		{ "ringbuf-mb", required_argument, NULL, OPT_RINGBUF },
 		{ "flush", no_argument, NULL, OPT_FLUSH },
 		{ "pid", required_argument, NULL, 'p' },
-		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	struct tracer_opts opts = { .mode = TRACE_NODE, .ringbuf_mb = 2, .quiet = 1 };
+	struct tracer_opts opts = { .mode = TRACE_NODE, .ringbuf_mb = RINGBUF_MB_RECORDER,
+				    .quiet = 1 };
 	opts.trace.tail = 5000;
 	opts.record.max_memory = 512ull << 20;
 	opts.record.max_disk = 4ull << 30;
@@ -147,13 +142,13 @@ int record_main(int argc, char **argv)
 	pid_t pid = 0;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, ":t:m:p:vh", longopts, NULL)) != -1) {
+		int shared = option_shared(c, optarg, &opts);
+		if (shared < 0)
+			return 2;
+		if (shared)
+			continue;
 		switch (c) {
 		case OPT_DIR: opts.record.dir = optarg; break;
-		case 't':
-			if (parse_long(optarg, "--tail", 1, 100000000, &v))
-				return 2;
-			opts.trace.tail = v;
-			break;
 		case OPT_MATCH: opts.record.match = optarg; break;
 		case OPT_CGROUP: opts.record.cgroup = optarg; break;
 		case OPT_MAXMEM:
@@ -169,30 +164,12 @@ int record_main(int argc, char **argv)
 			break;
 		}
 		case OPT_KEEP: opts.record.keep_all = 1; break;
-		case OPT_NUMERIC: opts.trace.numeric = 1; break;
-		case OPT_STOP: opts.trace.numeric = opts.trace.stop_on_nonfinite = 1; break;
-		case 'm':
-			/* checked now: else every process of the node would fail on it */
-			if (modfilter_check(optarg))
-				return 2;
-			opts.trace.modules = optarg;
-			break;
-		case OPT_RINGBUF:
-			if (parse_long(optarg, "--ringbuf-mb", 1, 1024, &v))
-				return 2;
-			if (v & (v - 1)) {
-				warnx_("--ringbuf-mb must be a power of two, not %ld", v);
-				return 2;
-			}
-			opts.ringbuf_mb = v;
-			break;
 		case OPT_FLUSH: flush = 1; break;
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))
 				return 2;
 			pid = (pid_t)v;
 			break;
-		case 'v': verbose++; break;
 		case 'h': fputs(usage, stdout); return 0;
 		default: return bad_option("record", c, argv);
 		}

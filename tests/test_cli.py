@@ -124,3 +124,22 @@ def test_header_changes_rebuild_exactly_their_includers():
     r = subprocess.run([sys.executable, os.path.join(root, "scripts", "check-deps.py")],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("--ringbuf-mb", "3", "--ringbuf-mb must be a power of two, not 3"),
+    ("--tail", "0", "--tail must be a whole number from 1 to 100000000, not '0'"),
+    ("--modules", "(", "--modules is not a valid regular expression"),
+])
+def test_shared_options_refused_alike(tmp_path, option, value, message):
+    """An option the tracer and the recorder share: a bad value is refused at once by
+    both, with the same line and exit status 2, before anything is traced."""
+    results = [subprocess.run([EVMBPF, *args], capture_output=True, text=True, timeout=30,
+                              env=dict(os.environ, EVMBPF_RECORD_PIDFILE=str(tmp_path / "p")))
+               for args in ([option, value, "--out", str(tmp_path / "t.jsonl"), "--", "true"],
+                            ["record", "--dir", str(tmp_path / "d"), option, value])]
+    for r in results:
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.startswith(f"evmbpf: {message}"), r.stderr
+        assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert not (tmp_path / "t.jsonl").exists() and not (tmp_path / "d").exists()

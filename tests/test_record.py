@@ -1482,3 +1482,45 @@ def test_followed_share(evmbpf, refs, tmp_path, monkeypatch):
     assert rec.count(rf"tracing \d+, forked by {parent}") == 2, rec.stderr()
     assert rec.count(r"is not followed, nor the next ones past it") == 1, rec.stderr()
     assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+def test_recorded_mark_says_whose(evmbpf, refs, tmp_path):
+    """A recorder's file has no header (the reference's tail drops it): its closing mark
+    says whose process it was (command line, executable, user, start, host, Python and
+    torch, rank, job), and summarize DIR shows the command."""
+    import pwd
+    import socket
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            go = os.path.join(gos, "go")
+            traces = tmp_path / "traces"
+            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+            try:
+                before = time.time()
+                pid, _ = raises_as(rec, script, go, user="nobody")
+                path = settled_file(traces, pid)
+            finally:
+                assert rec.stop() == 0, rec.stderr()
+    mark = load(path, marks=True)[-1]
+    assert mark["event"] == "recorded" and mark["why"] == "exit status 1", mark
+    who = mark["process"]
+    assert who["command"] == [HOST_PYTHON, RUN_WORKLOAD, script, "--wait-for", go,
+                              "--wait-timeout", "300"], who
+    assert who["exe"] == os.path.realpath(HOST_PYTHON), who
+    assert (who["uid"], who["user"]) == (65534, pwd.getpwuid(65534).pw_name), who
+    assert who["host"] == socket.gethostname(), who
+    assert before - 5 < who["started"] < time.time(), (before, who)
+    assert who["python"].startswith("3."), who
+    assert who["torch"] == proc_torch_version(), who
+    assert who["rank"] is None and who["job"] is None, who
+    assert_equals_reference_tail(refs["raises-tail"], path)
+    out = subprocess.run([evmbpf, "summarize", str(traces)], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert f"command: {HOST_PYTHON} {RUN_WORKLOAD} {script} --wait-for" in out, out
+
+
+def proc_torch_version():
+    return subprocess.run([HOST_PYTHON, "-c", "import torch; print(torch.__version__)"],
+                          capture_output=True, text=True, check=True).stdout.strip()

@@ -55,6 +55,7 @@ struct node_trace {
 	int has_end, end_is_error;
 	long long end_ns;          /* the error's ts_ns, else the last ts_ns before it */
 	int err;                   /* errno of a failed open */
+	char command[512];         /* the recorder's closing mark: the process's command line */
 	char why[160];             /* the recorder's closing mark: why it wrote the file
 	                            * ("exit status 3", "killed by signal 9"), or "" */
 	int cut;                   /* lines refused, or the last one cut off */
@@ -398,6 +399,7 @@ static void read_end(struct node_trace *t)
 	rd_ev_clear(&ev);
 	t->events = tr.events;
 	snprintf(t->why, sizeof(t->why), "%s", tr.recorded_why);
+	snprintf(t->command, sizeof(t->command), "%s", tr.recorded_command);
 	t->bad = got < 0;
 	t->err = t->bad ? EIO : 0;
 	t->cut = tr.bad > 0 || tr.pending_cut;
@@ -668,6 +670,10 @@ static int print_section(const struct node_trace *t, size_t k, size_t died, long
 	buf_printf(&b, "   rank: %s   job: %s", t->rank[0] ? t->rank : "-",
 		   t->job[0] ? t->job : "-");
 	buf_line(&b, out);
+	if (t->command[0]) {
+		buf_printf(&b, "command: %s", t->command);
+		buf_line(&b, out);
+	}
 	buf_puts(&b, "when:   ");
 	put_time(&b, t);
 	if (t->has_end)

@@ -326,6 +326,15 @@ static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 		const cJSON *why = rd_ev_get(ev, "why");
 		if (pyv_kind(why) == PYV_STR)
 			snprintf(t->recorded_why, sizeof(t->recorded_why), "%s", why->valuestring);
+		const cJSON *who = rd_ev_get(ev, "process");
+		const cJSON *cmd = pyv_kind(who) == PYV_DICT ? pyv_get(who, "command") : NULL;
+		size_t at = 0, cap = sizeof(t->recorded_command);
+		t->recorded_command[0] = 0;
+		for (const cJSON *a = pyv_kind(cmd) == PYV_LIST ? cmd->child : NULL; a && at < cap - 1;
+		     a = a->next)
+			if (pyv_kind(a) == PYV_STR)
+				at += (size_t)snprintf(t->recorded_command + at, cap - at, "%s%s",
+						       at ? " " : "", a->valuestring);
 		return 1;
 	}
 	if (pyv_kind(what) != PYV_STR || strcmp(what->valuestring, "unobservable"))

@@ -107,6 +107,9 @@ struct rd_trace {
 	/* evmbpf record's closing mark: why the recorder wrote the file ("exit status 3",
 	 * "killed by signal 9", "flush: the process runs on"); "" when it has none */
 	char recorded_why[160];
+	/* ... and whose process it was: its command line, arguments joined by spaces (cut
+	 * to fit), "" when the mark has none */
+	char recorded_command[512];
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);

@@ -188,7 +188,7 @@ out:
 		pyre_free(j.match);
 	}
 	for (int i = 0; i < j.n; i++)
-		free(j.procs[i]);
+		proc_free(j.procs[i]);
 	free(j.kept);
 	session_objects_release();
 	close(j.ep);

@@ -14,14 +14,22 @@
 #include "outpattern.h"
 #include "procstate.h"
 #include "record.h"
+#include "record_who.h"
 #include "session.h"
 #include "util.h"
 #include "watchdog.h"
 
+void proc_free(struct proc *p)
+{
+	if (p)
+		free(p->who);
+	free(p);
+}
+
 void proc_abandon(struct proc *p)
 {
 	session_abandon(&p->s);
-	free(p);
+	proc_free(p);
 }
 
 /* The slot of a process that has ended, for a new one (evmbpf record runs for ever). */
@@ -29,7 +37,7 @@ static int free_slot(struct job *j)
 {
 	for (int i = 0; i < j->n; i++)
 		if (!j->procs[i]->live && !j->procs[i]->kept) {
-			free(j->procs[i]);
+			proc_free(j->procs[i]);
 			j->procs[i] = j->procs[--j->n];
 			return 1;
 		}
@@ -90,6 +98,8 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 		struct epoll_event ev = { .events = EPOLLIN };
 		epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(p->s.rb), &ev);
 	}
+	if (j->node)
+		p->who = record_who(&p->s.target, uid, p->rank);
 	/* a summary line a process at its end; no live line (several would fight over it) */
 	status_start(&p->s.status, j->opts->quiet || j->node, p->out);
 	p->s.status.live = 0;
@@ -136,6 +146,8 @@ void proc_end(struct proc *p)
 					    p->s.trace.nonfinite != NULL, called);
 		end_words(&p->s, how, sizeof(how));
 		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
+		trace_set_recorded_who(&p->s.trace, record_who_end(p->who, p->s.target.torch_version));
+		p->who = NULL;
 		if (!p->s.discard && called &&
 		    node_disk_refused(&p->opts.record, p->s.target.pid, p->uid, p->out))
 			p->s.discard = 1; /* its user's traces reached their share of --max-disk */

@@ -41,6 +41,7 @@ struct proc {
 	char how[160];             /* evmbpf record: how it ended, for the kept trace's line */
 	uid_t uid;                 /* evmbpf record: its user (real uid), for the shares */
 	size_t share;              /* evmbpf record: its share of --max-memory */
+	char *who;                 /* evmbpf record: whose it is, read at its attach */
 };
 
 /* evmbpf record: a trace a full disk kept, as its file's bytes (its process gone) */
@@ -94,6 +95,7 @@ struct job {
 struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded);
 void proc_end(struct proc *p);
 void proc_abandon(struct proc *p);
+void proc_free(struct proc *p);
 int proc_numeric(struct job *j, struct proc *p);
 void proc_nonfinite(struct job *j, struct proc *p);
 struct proc *live_proc(struct job *j, pid_t pid);

@@ -217,7 +217,7 @@ void node_step(struct job *j)
 	for (int i = 0; i < j->n;)
 		if (!j->procs[i]->live) {
 			node_keep(j, j->procs[i]);
-			free(j->procs[i]);
+			proc_free(j->procs[i]);
 			j->procs[i] = j->procs[--j->n];
 		} else {
 			i++;

@@ -495,6 +495,12 @@ size_t trace_tail_bytes(const struct trace *t)
 	return t->tail ? sink_tail_bytes(t->tail) : t->kept_len;
 }
 
+void trace_set_recorded_who(struct trace *t, char *who)
+{
+	free(t->recorded_who);
+	t->recorded_who = who;
+}
+
 size_t trace_model_bytes(const struct trace *t)
 {
 	return t->mods.bytes;
@@ -582,6 +588,8 @@ int trace_flush(struct trace *t)
 /* What the records built, freed (the sinks apart). */
 static void free_state(struct trace *t)
 {
+	free(t->recorded_who);
+	t->recorded_who = NULL;
 	free(t->kept_data);
 	t->kept_data = NULL;
 	t->kept_len = 0;

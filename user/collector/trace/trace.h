@@ -47,6 +47,9 @@ int trace_out_fd(const struct trace *t);
  * holds now, in bytes. */
 int trace_tail_bound(struct trace *t, size_t max_bytes);
 size_t trace_tail_bytes(const struct trace *t);
+/* evmbpf record: whose the trace is (a JSON object, malloc'd: the trace takes it), for its
+ * closing `recorded` mark's "process" */
+void trace_set_recorded_who(struct trace *t, char *who);
 /* What its module tree holds, in bytes (names and table: counted in --max-memory) */
 size_t trace_model_bytes(const struct trace *t);
 /* The live tail written to path now, as a detach now would have written it: the tail,

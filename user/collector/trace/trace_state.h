@@ -126,6 +126,7 @@ struct trace {
 	struct gpu_calls *gpu;           /* --cupti: module calls' intervals, or NULL */
 	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
 	int oom_killed;                  /* the OOM killer chose the process (its end says so) */
+	char *recorded_who;              /* evmbpf record: whose it is (a JSON object), or NULL */
 	char recorded_why[160];          /* evmbpf record: why the file is written (its closing
 	                                  * `recorded` mark), "" when not recorded */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held

@@ -189,6 +189,8 @@ void trace_write_recorded(struct trace *t, int64_t i, const char *why, const cha
 	struct buf b = {0};
 	buf_puts(&b, "{\"event\": \"recorded\", \"why\": ");
 	jw_cstr(&b, why);
+	if (t->recorded_who)
+		buf_puts(&b, ", \"process\": "), buf_puts(&b, t->recorded_who);
 	if (threads)
 		buf_puts(&b, ", \"threads\": "), buf_puts(&b, threads);
 	buf_printf(&b, ", \"pid\": %d", t->target->pid);

@@ -19,6 +19,7 @@
 #include "follow.h"
 #include "follow.skel.h"
 #include "hold.h"
+#include "procstate.h"
 #include "job_state.h"
 #include "objects.h"
 #include "pyre.h"
@@ -151,8 +152,10 @@ int run_job(const struct tracer_opts *opts)
 		follow_unload(&j), j.fskel = NULL;
 	int detached = 0;
 	for (int i = 0; i < j.n; i++) {
-		detached += j.procs[i]->live;
-		proc_end(j.procs[i]);
+		struct proc *p = j.procs[i];
+		int live = p->live;
+		proc_end(p); /* what its ring holds first: an exit there ends it */
+		detached += live && !p->s.ended && !process_gone(p->s.target.pid);
 	}
 	hold_release_all(); /* every process followed runs on, untraced */
 	if (j.node)

@@ -66,6 +66,17 @@ static void node_look(struct job *j, int i, uint64_t now)
 	    look_again(j, i, now, 20))
 		return;
 	j->looks[i].pid = 0;
+	if (process_gone(pid)) {
+		/* ended within a moment of its exec (`python3 -c ...`, no torch): said with -v;
+		 * one that waited for a busy recorder: said, its death not lost without a word */
+		uint64_t late_ns = now > j->looks[i].due_ns ? now - j->looks[i].due_ns : 0;
+		if (j->looks[i].tries || late_ns > 1000000000ull)
+			warnx_("%d ended before the recorder attached to it (it waited %.1f s for a "
+			       "busy recorder): nothing recorded", pid, (double)late_ns / 1e9);
+		else
+			debugx("%d ended before the recorder looked at it", pid);
+		return;
+	}
 	debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
 	       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
 	struct proc *p = proc_start(j, pid, 0, "exec");

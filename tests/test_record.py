@@ -1524,3 +1524,35 @@ def test_recorded_mark_says_whose(evmbpf, refs, tmp_path):
 def proc_torch_version():
     return subprocess.run([HOST_PYTHON, "-c", "import torch; print(torch.__version__)"],
                           capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_flush_of_a_hang_begun_before_the_recorder(evmbpf, tmp_path):
+    """A process hung inside layers.1 of its first forward before the recorder started
+    (attached mid-hang: its tail stays empty, no module call returns): --flush --pid
+    writes DIR/evmbpf-PID.flush-1.jsonl anyway, its closing mark alone, whose threads
+    name the hung modules, as evmbpf dump --json does; the process runs on."""
+    flag = str(tmp_path / "hung")
+    proc = workload(RECORD_ANY, env=clean_env(RECORD_HANG_AT=0, RECORD_FLAG=flag,
+                                              RECORD_PAUSE=300))
+    try:
+        wait_for_path(flag, 180, proc)
+        rec = Recorder(tmp_path / "traces", pidfile=tmp_path / "pid")
+        try:
+            rec.wait_attached(proc.pid, proc)
+            r = rec.flush("--pid", str(proc.pid))
+            assert r.returncode == 0, r.stderr
+            path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.flush-1.jsonl")
+            settled(path)
+            assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z")
+        finally:
+            rc = rec.stop()
+        assert rc == 0, rec.stderr()
+    finally:
+        proc.kill()
+        proc.wait()
+    marks = load(path, marks=True)
+    assert [e["event"] for e in marks] == ["recorded"], marks
+    mark = marks[0]
+    assert mark["why"] == "flush: the process runs on" and mark["threads"]["pid"] == proc.pid
+    hung = [[m["module"] for m in t["modules"]] for t in mark["threads"]["threads"]]
+    assert ["<root>", "layers.1"] in hung, hung

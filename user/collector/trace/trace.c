@@ -557,7 +557,9 @@ static int write_tail_copy_to(struct trace *t, struct sink *file, const char *pa
 
 int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
 {
-	if (!t->tail || !t->events)
+	/* no event yet (attached mid-hang: the modules running never return): the file is
+	 * then the closing mark alone, what each thread runs now in its "threads" */
+	if (!t->tail || (!t->events && !threads_json))
 		return 1;
 	return write_tail_copy(t, path, 1, "flush: the process runs on", threads_json) ? -1 : 0;
 }

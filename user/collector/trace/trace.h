@@ -55,8 +55,9 @@ size_t trace_model_bytes(const struct trace *t);
 /* The live tail written to path now, as a detach now would have written it: the tail,
  * the frames still open `unwound` ("session ended"), the `dropped` line, and the
  * closing `recorded` mark, with threads_json (what each thread runs now, as `evmbpf dump
- * --json` shows it; NULL: none) as its "threads". The trace goes on untouched. 0 written, 1 nothing to write (no tail, or no event yet), -1 failed
- * (said). */
+ * --json` shows it; NULL: none) as its "threads". The trace goes on untouched. With no
+ * event yet, the file is that mark alone. 0 written, 1 nothing to write (no tail, or no
+ * event and no threads_json), -1 failed (said). */
 int trace_snapshot(struct trace *t, const char *path, const char *threads_json);
 
 #endif

@@ -1556,3 +1556,35 @@ def test_flush_of_a_hang_begun_before_the_recorder(evmbpf, tmp_path):
     assert mark["why"] == "flush: the process runs on" and mark["threads"]["pid"] == proc.pid
     hung = [[m["module"] for m in t["modules"]] for t in mark["threads"]["threads"]]
     assert ["<root>", "layers.1"] in hung, hung
+
+
+def test_job_folders_are_roots_alone(evmbpf, tmp_path):
+    """A job's folder is made 0700 (no one else lists its pids and files); one that is a
+    link (to a folder elsewhere) is refused, said, and nothing is written through it."""
+    traces = tmp_path / "traces"
+    traces.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, traces / "job-pwn")
+    with shared_folder("evmbpf-go-", 0o777) as gos:
+        go = os.path.join(gos, "go")
+        rec = Recorder(traces, pidfile=tmp_path / "pid")
+        try:
+            pids = {}
+            for job in ("abc", "pwn"):
+                proc = workload(RAISES, "--wait-for", go, "--wait-timeout", "300",
+                                env=clean_env(TORCHELASTIC_RUN_ID=job))
+                pids[job] = started(proc).pid
+                if job == "abc":
+                    rec.wait_attached(proc.pid, proc)
+                else:
+                    rec.wait_for(rf"job-pwn is not a folder only root can write .*: "
+                                 rf"{proc.pid} is not recorded", proc=proc)
+                open(go, "w").close()
+                proc.communicate(timeout=300)
+                os.unlink(go)
+            settled(str(traces / "job-abc" / f"evmbpf-{pids['abc']}.jsonl"))
+        finally:
+            assert rec.stop() == 0, rec.stderr()
+    assert oct((traces / "job-abc").stat().st_mode & 0o777) == "0o700"
+    assert os.listdir(elsewhere) == []

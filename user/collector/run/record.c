@@ -156,8 +156,18 @@ int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *
 	job_id(pid, job, sizeof(job));
 	if (job[0]) {
 		snprintf(dir, sizeof(dir), "%s/job-%s", o->dir, job);
-		if (mkdir(dir, 0755) && errno != EEXIST) {
+		/* root's alone (0700: its pids and files are no one else's to list); one there
+		 * already must be a folder of root's, not a link (--dir is root's only, so none
+		 * other can be made there; checked all the same) */
+		struct stat st;
+		if (mkdir(dir, 0700) && errno != EEXIST) {
 			warnx_("cannot make %s: %s", dir, strerror(errno));
+			return -1;
+		}
+		if (lstat(dir, &st) || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+		    (st.st_mode & 022)) {
+			warnx_("%s is not a folder only root can write (a link, or another's): %d is "
+			       "not recorded", dir, pid);
 			return -1;
 		}
 	} else {

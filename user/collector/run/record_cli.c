@@ -94,7 +94,7 @@ static int check_dir_owner(const char *dir)
 static int check_dir(const char *dir)
 {
 	struct stat st;
-	if (stat(dir, &st) && errno == ENOENT && mkdir(dir, 0755) == 0)
+	if (stat(dir, &st) && errno == ENOENT && mkdir(dir, 0700) == 0)
 		return check_dir_owner(dir);
 	if (stat(dir, &st)) {
 		warnx_("--dir %s: %s", dir, strerror(errno));

@@ -838,12 +838,16 @@ def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
     has none."""
     path, procs_file = scratch_cgroup(f"evmbpf-test-{os.getpid()}")
     rec = Recorder(tmp_path / "traces", "--cgroup", path, pidfile=tmp_path / "pid")
+    go = str(tmp_path / "go")  # it waits until the recorder has attached (issue 36's window)
     try:
         inside = subprocess.Popen(
             ["sh", "-c", f'echo $$ > {procs_file} && exec "$0" "$@"', HOST_PYTHON,
-             RUN_WORKLOAD, RAISES], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env=clean_env())
+             RUN_WORKLOAD, RAISES, "--wait-for", go, "--wait-timeout", "300"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
+        started(inside)
+        rec.wait_attached(inside.pid, inside)
         outside = workload(RAISES)
+        open(go, "w").close()
         for proc in (inside, outside):
             proc.communicate(timeout=300)
         assert (inside.returncode, outside.returncode) == (1, 1)

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from numeric_compare import compare_numeric
@@ -1282,6 +1283,17 @@ def test_bad_modules_refused_at_once(evmbpf, tmp_path):
 
 # --- each user's share of the recorder (docs/record.md, "Each user's share") ---
 
+@contextmanager
+def wanted_raises():
+    """(script, go): a link to raises.py in a folder every user can read whose name
+    --match evmbpf-wanted- finds, and where a go file may be made (every user can
+    write there), removed afterwards."""
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        script = os.path.join(share, "raises.py")
+        os.symlink(RAISES, script)
+        with shared_folder("evmbpf-go-", 0o777) as gos:
+            yield script, os.path.join(gos, "go")
+
 def ready_pid(proc):
     """A --wait-for workload's pid, from its `ready pid=N` line (under runuser, proc is
     runuser's)."""
@@ -1323,32 +1335,28 @@ def test_user_disk_share(evmbpf, refs, tmp_path):
     written, its third is not (said: its share, half of --max-disk, is used), and then
     nobody's is written, the reference's --tail 50 trace: one user's traces do not take
     the disk from the others."""
-    with shared_folder("evmbpf-wanted-", 0o755) as share:
-        script = os.path.join(share, "raises.py")
-        os.symlink(RAISES, script)
-        with shared_folder("evmbpf-go-", 0o777) as gos:
-            go = os.path.join(gos, "go")
-            # one trace's size, with room to spare
-            rec = Recorder(tmp_path / "sizing", "--match", "evmbpf-wanted-",
-                           pidfile=tmp_path / "pid")
-            try:
-                pid, _ = raises_as(rec, script, go)
-                size = os.path.getsize(settled_file(tmp_path / "sizing", pid))
-            finally:
-                assert rec.stop() == 0, rec.stderr()
-            traces = tmp_path / "traces"
-            rec = Recorder(traces, "--match", "evmbpf-wanted-", "--max-disk",
-                           str(int(size * 2.5)), pidfile=tmp_path / "pid")
-            try:
-                written = [raises_as(rec, script, go)[0] for _ in range(2)]
-                for pid in written:
-                    settled_file(traces, pid)
-                refused, _ = raises_as(rec, script, go)
-                rec.wait_for(rf"^evmbpf: {refused}: its trace is not written")
-                other, _ = raises_as(rec, script, go, user="nobody")
-                path = settled_file(traces, other)
-            finally:
-                assert rec.stop() == 0, rec.stderr()
+    with wanted_raises() as (script, go):
+        # one trace's size, with room to spare
+        rec = Recorder(tmp_path / "sizing", "--match", "evmbpf-wanted-",
+                       pidfile=tmp_path / "pid")
+        try:
+            pid, _ = raises_as(rec, script, go)
+            size = os.path.getsize(settled_file(tmp_path / "sizing", pid))
+        finally:
+            assert rec.stop() == 0, rec.stderr()
+        traces = tmp_path / "traces"
+        rec = Recorder(traces, "--match", "evmbpf-wanted-", "--max-disk",
+                       str(int(size * 2.5)), pidfile=tmp_path / "pid")
+        try:
+            written = [raises_as(rec, script, go)[0] for _ in range(2)]
+            for pid in written:
+                settled_file(traces, pid)
+            refused, _ = raises_as(rec, script, go)
+            rec.wait_for(rf"^evmbpf: {refused}: its trace is not written")
+            other, _ = raises_as(rec, script, go, user="nobody")
+            path = settled_file(traces, other)
+        finally:
+            assert rec.stop() == 0, rec.stderr()
     assert not (traces / f"evmbpf-{refused}.jsonl").exists()
     assert "of them user 0's; --max-disk" in rec.stderr(), rec.stderr()
     assert_equals_reference_tail(refs["raises-tail"], str(path))
@@ -1374,27 +1382,24 @@ def test_a_stream_of_one_users_processes(evmbpf, refs, tmp_path):
     the recorder's to look at: root's three raises.py runs beside it are each attached
     with at most 3 of nobody's attached in between (the execs waiting are taken user by
     user), and each leaves its file, the reference's --tail 50 trace."""
-    with shared_folder("evmbpf-wanted-", 0o755) as share:
-        script = os.path.join(share, "raises.py")
-        os.symlink(RAISES, script)
-        with shared_folder("evmbpf-go-", 0o777) as gos:
-            go = os.path.join(gos, "go")
-            traces = tmp_path / "traces"
-            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
-            stream = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
-                                       STREAM, "evmbpf-wanted-stream"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                      start_new_session=True)
-            try:
-                time.sleep(3)  # the stream in full flow
-                runs = [raises_as(rec, script, go) for _ in range(3)]
-                paths = [settled_file(traces, pid) for pid, _ in runs]
-                streamed = rec.count(r"^attached to \d+ \(python [\d.]+, torch not imported")
-            finally:
-                os.killpg(stream.pid, signal.SIGKILL)
-                stream.wait()
-                assert rec.stop() == 0, rec.stderr()
-    assert streamed - len(runs) >= 6, f"the stream was hardly seen: {streamed}\n{rec.stderr()[-3000:]}"
+    with wanted_raises() as (script, go):
+        traces = tmp_path / "traces"
+        rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+        stream = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
+                                   STREAM, "evmbpf-wanted-stream"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        try:
+            time.sleep(3)  # the stream in full flow
+            runs = [raises_as(rec, script, go) for _ in range(3)]
+            paths = [settled_file(traces, pid) for pid, _ in runs]
+            streamed = rec.count(r"^attached to \d+ \(python [\d.]+, torch not imported")
+        finally:
+            os.killpg(stream.pid, signal.SIGKILL)
+            stream.wait()
+            assert rec.stop() == 0, rec.stderr()
+    assert streamed - len(runs) >= 6, (
+        f"the stream was hardly seen: {streamed}\n{rec.stderr()[-3000:]}")
     for (pid, between), path in zip(runs, paths):
         others = [line for line in between if re.match(r"attached to \d+ ", line)]
         assert len(others) <= 3, (pid, others)
@@ -1409,31 +1414,27 @@ def test_user_slot_share(evmbpf, refs, tmp_path, monkeypatch):
     256 otherwise): nobody's first two processes are traced, its third is not (said),
     and root's raises.py beside them is traced, its file the reference's."""
     monkeypatch.setenv("EVMBPF_TEST_USER_SLOTS", "2")
-    with shared_folder("evmbpf-wanted-", 0o755) as share:
-        script = os.path.join(share, "raises.py")
-        os.symlink(RAISES, script)
-        with shared_folder("evmbpf-go-", 0o777) as gos:
-            go = os.path.join(gos, "go")
-            traces = tmp_path / "traces"
-            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
-            sleepers = []
-            try:
-                for i in range(3):
-                    sleepers.append(subprocess.Popen(
-                        ["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c", SLEEPER,
-                         "evmbpf-wanted-sleeper"], stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL, start_new_session=True))
-                    if i < 2:
-                        rec.wait_for(r"^attached to \d+ ", count=i + 1)
-                rec.wait_for(r"^evmbpf: user 65534 has 2 processes traced, its share of the "
-                             r"recorder's 256: \d+ is not traced")
-                pid, _ = raises_as(rec, script, go)
-                path = settled_file(traces, pid)
-            finally:
-                for proc in sleepers:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-                assert rec.stop() == 0, rec.stderr()
+    with wanted_raises() as (script, go):
+        traces = tmp_path / "traces"
+        rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+        sleepers = []
+        try:
+            for i in range(3):
+                sleepers.append(subprocess.Popen(
+                    ["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c", SLEEPER,
+                     "evmbpf-wanted-sleeper"], stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True))
+                if i < 2:
+                    rec.wait_for(r"^attached to \d+ ", count=i + 1)
+            rec.wait_for(r"^evmbpf: user 65534 has 2 processes traced, its share of the "
+                         r"recorder's 256: \d+ is not traced")
+            pid, _ = raises_as(rec, script, go)
+            path = settled_file(traces, pid)
+        finally:
+            for proc in sleepers:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            assert rec.stop() == 0, rec.stderr()
     assert rec.count(r"^attached to \d+ ") == 3, rec.stderr()  # nobody's two, root's one
     assert_equals_reference_tail(refs["raises-tail"], path)
 
@@ -1459,30 +1460,26 @@ def test_followed_share(evmbpf, refs, tmp_path, monkeypatch):
     unfollowed (said once) and run to their end, and the parent with them; root's
     raises.py is traced after that, its file the reference's."""
     monkeypatch.setenv("EVMBPF_TEST_FOLLOW_USER_MAX", "2")
-    with shared_folder("evmbpf-wanted-", 0o755) as share:
-        script = os.path.join(share, "raises.py")
-        os.symlink(RAISES, script)
-        with shared_folder("evmbpf-go-", 0o777) as gos:
-            go = os.path.join(gos, "go")
-            traces = tmp_path / "traces"
-            rec = Recorder(traces, "-v", "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
-            forker = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
-                                       FORKER, go, "evmbpf-wanted-forker"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            try:
-                rec.wait_for(r"^attached to \d+ ", proc=forker)
-                parent = int(re.search(r"^attached to (\d+) ", rec.stderr(), re.M).group(1))
-                open(go, "w").close()
-                _, err = forker.communicate(timeout=120)
-                assert forker.returncode == 0, err
-                os.unlink(go)
-                rec.wait_for(r"is not followed, nor the next ones past it")
-                pid, _ = raises_as(rec, script, go)
-                path = settled_file(traces, pid)
-            finally:
-                if forker.poll() is None:
-                    forker.kill()
-                assert rec.stop() == 0, rec.stderr()
+    with wanted_raises() as (script, go):
+        traces = tmp_path / "traces"
+        rec = Recorder(traces, "-v", "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+        forker = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
+                                   FORKER, go, "evmbpf-wanted-forker"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            rec.wait_for(r"^attached to \d+ ", proc=forker)
+            parent = int(re.search(r"^attached to (\d+) ", rec.stderr(), re.M).group(1))
+            open(go, "w").close()
+            _, err = forker.communicate(timeout=120)
+            assert forker.returncode == 0, err
+            os.unlink(go)
+            rec.wait_for(r"is not followed, nor the next ones past it")
+            pid, _ = raises_as(rec, script, go)
+            path = settled_file(traces, pid)
+        finally:
+            if forker.poll() is None:
+                forker.kill()
+            assert rec.stop() == 0, rec.stderr()
     assert rec.count(rf"tracing \d+, forked by {parent}") == 2, rec.stderr()
     assert rec.count(r"is not followed, nor the next ones past it") == 1, rec.stderr()
     assert_equals_reference_tail(refs["raises-tail"], path)
@@ -1494,19 +1491,15 @@ def test_recorded_mark_says_whose(evmbpf, refs, tmp_path):
     torch, rank, job), and summarize DIR shows the command."""
     import pwd
     import socket
-    with shared_folder("evmbpf-wanted-", 0o755) as share:
-        script = os.path.join(share, "raises.py")
-        os.symlink(RAISES, script)
-        with shared_folder("evmbpf-go-", 0o777) as gos:
-            go = os.path.join(gos, "go")
-            traces = tmp_path / "traces"
-            rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
-            try:
-                before = time.time()
-                pid, _ = raises_as(rec, script, go, user="nobody")
-                path = settled_file(traces, pid)
-            finally:
-                assert rec.stop() == 0, rec.stderr()
+    with wanted_raises() as (script, go):
+        traces = tmp_path / "traces"
+        rec = Recorder(traces, "--match", "evmbpf-wanted-", pidfile=tmp_path / "pid")
+        try:
+            before = time.time()
+            pid, _ = raises_as(rec, script, go, user="nobody")
+            path = settled_file(traces, pid)
+        finally:
+            assert rec.stop() == 0, rec.stderr()
     mark = load(path, marks=True)[-1]
     assert mark["event"] == "recorded" and mark["why"] == "exit status 1", mark
     who = mark["process"]

@@ -92,6 +92,11 @@ static int in_cgroup(pid_t pid, const char *want)
 
 int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t pid)
 {
+	return record_chosen(o, match, pid) && target_is_python(pid);
+}
+
+int record_chosen(const struct record_opts *o, const struct pyre *match, pid_t pid)
+{
 	char cmd[8192];
 	ssize_t n = read_proc(pid, "cmdline", cmd, sizeof(cmd));
 	if (n <= 0)
@@ -104,9 +109,7 @@ int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t p
 	cmd[n] = 0;
 	if (o->cgroup && !in_cgroup(pid, o->cgroup))
 		return 0;
-	if (match && pyre_search(match, cmd, (size_t)n) != 1)
-		return 0;
-	return target_is_python(pid);
+	return !match || pyre_search(match, cmd, (size_t)n) == 1;
 }
 
 int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max)

@@ -17,6 +17,9 @@ int record_match_compile(const struct record_opts *o, struct pyre **out);
 /* Is this process one the recorder traces: Python, its command line found by --match,
  * in --cgroup or below? 1 yes, 0 no. */
 int record_wanted(const struct record_opts *o, const struct pyre *match, pid_t pid);
+/* record_wanted without the Python check (which needs its libraries mapped): at its exec,
+ * is the process one the recorder would take if it is Python? 1 yes, 0 no. */
+int record_chosen(const struct record_opts *o, const struct pyre *match, pid_t pid);
 /* The processes running now that record_wanted takes, evmbpf itself apart: how many
  * were put into pids. */
 int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max);

@@ -18,6 +18,7 @@
 #include "hold.h"
 #include "job_state.h"
 #include "node_share.h"
+#include "pyframes.h"
 #include "record.h"
 #include "session.h"
 #include "uprobes.h"
@@ -66,8 +67,9 @@ static void resume(pid_t pid, pid_t tid, int how)
 static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
 	pending_drop(j, pid);
+	struct proc *p = NULL;
 	if (j->node ? record_wanted(&j->opts->record, j->match, pid) : target_is_python(pid)) {
-		struct proc *p = proc_start(j, pid, 0, "exec");
+		p = proc_start(j, pid, 0, "exec");
 		if (p && j->node && proc_numeric(j, p))
 			; /* --numeric could not hold it: said, not traced */
 		else if (p)
@@ -75,9 +77,144 @@ static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 		else
 			j->failed = 1;
 	} else {
-		debugx("%d is not Python: followed, not traced", pid);
+		debugx("%d is not Python: %s", pid, j->node ? "let go" : "followed, not traced");
 	}
 	resume(pid, tid, how);
+	if (j->node && !p && !live_proc(j, pid)) {
+		/* the recorder held it at its exec (follow_node_exec), and does not trace it:
+		 * it runs on unseized and unfollowed, as if the recorder had never seen it */
+		uint32_t key = (uint32_t)pid;
+		bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
+		hold_release(pid, 0);
+	}
+}
+
+/* pid, stopped at its exec (how: STOP_*; tid its thread there, or 0): held again at
+ * its new image's entry point, where its libraries are mapped; or, where that point
+ * cannot be probed, looked at now. uid: its user, for the recorder's shares. */
+static void hold_to_entry(struct job *j, pid_t pid, pid_t tid, int how, uid_t uid)
+{
+	char exe[64];
+	uint64_t off;
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
+	struct elf_file *f = elf_file_open(exe);
+	int i = pending_slot(j, pid, 1);
+	if (i < 0 || !f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off) ||
+	    !(j->pending[i].entry = attach_uprobe(j->fskel->progs.follow_entry, 0, pid, exe,
+						   off, "the entry point"))) {
+		elf_file_close(f);
+		debugx("cannot probe the entry point of %d; looking at it now", pid);
+		follow_look(j, pid, tid, how);
+		return;
+	}
+	elf_file_close(f);
+	j->pending[i].how = how;
+	j->pending[i].uid = uid;
+	j->pending[i].since_ns = mono_ns();
+	resume(pid, tid, how);
+}
+
+/* Is pid's executable named python* (python3.11, python3.13d, ...)? Where the
+ * interpreter is in a libpython the loader has not mapped yet, the name is what there
+ * is to go by at the exec; a Python under another name is left to the looks. */
+static int python_named(pid_t pid)
+{
+	char exe[64], path[PATH_MAX];
+	snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
+	ssize_t n = readlink(exe, path, sizeof(path) - 1);
+	if (n <= 0)
+		return 0;
+	path[n] = 0;
+	const char *base = strrchr(path, '/');
+	return !strncmp(base ? base + 1 : path, "python", 6);
+}
+
+/* Is pid's Python running: its first thread state bound to a thread of its? Then it has
+ * run past its entry point (its image relocated, its libraries mapped), and calls no
+ * module before its imports. (A static thread state is there before the loader has run:
+ * 3.11's main interpreter and first thread state are in _PyRuntime.) */
+static int python_started(pid_t pid)
+{
+	static struct target probe;
+	static struct py_tasks tasks;
+	memset(&probe, 0, sizeof(probe));
+	probe.root_fd = -1;
+	uint64_t ts;
+	if (target_inspect_quiet(&probe, pid) || py_threads_first(&probe, &ts) || !ts)
+		return 0;
+	py_tasks_read(&tasks, pid);
+	return py_thread_tid(&probe, &tasks, ts) != 0;
+}
+
+int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
+{
+	if (!record_chosen(&j->opts->record, j->match, pid) || !python_named(pid))
+		return 0;
+	int waiting = 0;
+	for (int i = 0; i < PENDING_MAX; i++)
+		waiting += j->pending[i].pid && j->pending[i].uid == uid;
+	if (waiting >= PENDING_MAX / 2) {
+		debugx("user %u has %d execs held at once: %d is left to the looks",
+		       (unsigned)uid, waiting, pid);
+		return 0;
+	}
+	char why[256];
+	if (hold_refusal(pid, why, sizeof(why)) || hold_start(pid, HOLD_CHILDREN | HOLD_EXECS)) {
+		debugx("%d cannot be held at its exec (%s): looked at a moment later", pid,
+		       hold_refusal(pid, why, sizeof(why)) ? why : hold_error());
+		return 0;
+	}
+	uint32_t key = (uint32_t)pid, v = FOLLOWED;
+	bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v), BPF_ANY);
+	if (hold_stop_all(pid)) {
+		bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
+		hold_release(pid, 0);
+		debugx("%d did not stop at its exec: looked at a moment later", pid);
+		return 0;
+	}
+	/* where the recorder came late (a burst), the process has run past its entry
+	 * point into its Python: it is attached where it stands, held */
+	if (python_started(pid)) {
+		/* attached in the loop (follow_pending_late), the ring's other execs held first */
+		int i = pending_slot(j, pid, 1);
+		debugx("%d exec'd a Python: held past its entry point, attached there", pid);
+		if (i < 0) {
+			follow_look(j, pid, 0, STOP_PTRACE);
+			return 1;
+		}
+		j->pending[i].entry = NULL;
+		j->pending[i].how = STOP_PTRACE;
+		j->pending[i].uid = uid;
+		j->pending[i].since_ns = 0;
+	} else {
+		debugx("%d exec'd what may be a Python: held until its entry point", pid);
+		hold_to_entry(j, pid, 0, STOP_PTRACE, uid);
+	}
+	return 1;
+}
+
+void follow_pending_late(struct job *j)
+{
+	uint64_t start = mono_ns(), now = start;
+	for (int i = 0; i < PENDING_MAX && now - start < LOOKS_ROUND_NS; i++, now = mono_ns()) {
+		pid_t pid = j->pending[i].pid;
+		if (!pid || now - j->pending[i].since_ns < PENDING_LATE_NS)
+			continue;
+		if (!j->pending[i].entry) { /* held past its entry point, at its exec */
+			follow_look(j, pid, 0, STOP_PTRACE);
+			continue;
+		}
+		/* its entry point has not come: it is still in its loader (a busy node), or ran
+		 * past that point before the probe was placed (the recorder came late, between
+		 * the entry point and its Python's start): once its Python has started, it is
+		 * attached where it stands, long before its imports have let it call a module */
+		j->pending[i].since_ns = now;
+		if (j->pending[i].how != STOP_PTRACE || !python_started(pid) || hold_stop_all(pid))
+			continue;
+		debugx("%d: past its entry point before it was probed: attached where it stands",
+		       pid);
+		follow_look(j, pid, 0, STOP_PTRACE);
+	}
 }
 
 static int on_follow(void *ctx, void *data, size_t size)
@@ -139,6 +276,10 @@ static int on_follow(void *ctx, void *data, size_t size)
 			watchdog_hold(pid, 1);
 		}
 		struct proc *old = live_proc(j, pid);
+		if (old && r->why == 2 && pending_slot(j, pid, 0) < 0) {
+			resume(pid, (pid_t)r->hdr.tid, how); /* attached already (pending_late) */
+			break;
+		}
 		if (old) { /* a traced process exec'd: its trace ends */
 			session_step(&old->s, 0, 0);
 			old->s.ended = old->s.execed = 1;
@@ -151,22 +292,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 			break;
 		}
 		/* exec'd: stop again at the entry point, where its libraries are mapped */
-		char exe[64];
-		uint64_t off;
-		snprintf(exe, sizeof(exe), "/proc/%d/exe", pid);
-		struct elf_file *f = elf_file_open(exe);
-		int i = pending_slot(j, pid, 1);
-		if (i < 0 || !f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off) ||
-		    !(j->pending[i].entry = attach_uprobe(j->fskel->progs.follow_entry, 0, pid, exe,
-							   off, "the entry point"))) {
-			elf_file_close(f);
-			debugx("cannot probe the entry point of %d; looking at it now", pid);
-			follow_look(j, pid, (pid_t)r->hdr.tid, how);
-			break;
-		}
-		elf_file_close(f);
-		j->pending[i].how = how;
-		resume(pid, (pid_t)r->hdr.tid, how);
+		hold_to_entry(j, pid, (pid_t)r->hdr.tid, how, NODE_NO_UID);
 		break;
 	}
 	case FOLLOW_EXIT:
@@ -177,8 +303,9 @@ static int on_follow(void *ctx, void *data, size_t size)
 	case FOLLOW_NODE_EXEC:
 		/* looked at a moment later, when the loader has mapped its libraries */
 		uid_t uid = node_proc_uid(pid);
-		if (uid == NODE_NO_UID || node_look_refused(j, pid, uid))
-			break; /* gone already, or its user's share of the looks is full */
+		if (uid == NODE_NO_UID || follow_node_exec(j, pid, uid) ||
+		    node_look_refused(j, pid, uid))
+			break; /* gone already, held now, or its user's share of the looks is full */
 		for (int i = 0; i < LOOKS_MAX; i++)
 			if (!j->looks[i].pid || j->looks[i].pid == pid) {
 				j->looks[i].uid = uid;

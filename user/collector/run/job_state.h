@@ -15,7 +15,8 @@ struct pyre;
 struct ring_buffer;
 
 #define JOB_MAX 256
-#define PENDING_MAX 64
+#define PENDING_MAX 256
+#define PENDING_LATE_NS (200ull * 1000000ull)
 #define LOOKS_MAX 256
 /* evmbpf record: how long after its exec a process is looked at (its libraries mapped) */
 #define LOOK_AFTER_NS (100ull * 1000000ull)
@@ -68,8 +69,11 @@ struct job {
 	struct bpf_link *flinks[4];
 	struct {
 		pid_t pid;
-		struct bpf_link *entry; /* its entry point's probe, between exec and entry */
+		struct bpf_link *entry; /* its entry point's probe, between exec and entry (NULL:
+		                         * evmbpf record held it past that point, at its exec) */
 		int how;                /* how its exec stopped it (STOP_*) */
+		uid_t uid;              /* evmbpf record: its user, for the share of holds */
+		uint64_t since_ns;      /* when its entry point was probed */
 	} pending[PENDING_MAX];
 	pid_t child;       /* launch mode: the command */
 	int child_status, child_done;
@@ -103,6 +107,15 @@ struct proc *live_proc(struct job *j, pid_t pid);
 int follow_load(struct job *j);
 void follow_unload(struct job *j);
 int pending_slot(struct job *j, pid_t pid, int add);
+/* evmbpf record: a process the node exec'd, seized and held now (a ptrace stop, which no
+ * parent sees) when it may be a Python the recorder takes, until its probes are placed:
+ * at its entry point if its loader has not mapped its libraries yet, else where it
+ * stands. 1: held; 0: left to the looks (not chosen, not named python*, its user's share
+ * of the holds taken, or not seizable: another tracer holds it). */
+int follow_node_exec(struct job *j, pid_t pid, uid_t uid);
+/* A process held until its entry point that has not come there: looked at every
+ * PENDING_LATE_NS, and attached where it stands once its Python has started. */
+void follow_pending_late(struct job *j);
 /* node.c: evmbpf record */
 void node_step(struct job *j);
 int node_start(struct job *j);

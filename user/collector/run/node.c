@@ -234,6 +234,7 @@ void node_step(struct job *j)
 			i++;
 		}
 	node_write_kept(j, 0);
+	follow_pending_late(j);
 	node_looks(j);
 	pid_t asked = record_flush_asked();
 	if (asked)

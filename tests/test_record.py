@@ -1585,3 +1585,91 @@ def test_job_folders_are_roots_alone(evmbpf, tmp_path):
             assert rec.stop() == 0, rec.stderr()
     assert oct((traces / "job-abc").stat().st_mode & 0o777) == "0o700"
     assert os.listdir(elsewhere) == []
+
+
+# ---------------------------------------------------------------- bursts (issue 36)
+
+BURST = 12
+OOM_GROWS = """
+import sys, torch
+class Grow(torch.nn.Module):
+    def forward(self, x):
+        hoard = []
+        while True:
+            hoard.append(bytearray(1 << 24))  # until the memory cgroup's OOM killer comes
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), Grow())
+model(torch.ones(1, 4))
+"""
+
+
+def memory_cgroup(name, limit):
+    """A memory cgroup of our own with a limit of `limit` bytes: its cgroup.procs file
+    (v2's unified hierarchy where the memory controller is enabled there, else v1's)."""
+    unified = "/sys/fs/cgroup"
+    if os.path.exists(f"{unified}/cgroup.controllers"):
+        with open(f"{unified}/cgroup.subtree_control") as f:
+            if "memory" in f.read().split():
+                path = os.path.join(unified, name)
+                os.makedirs(path, exist_ok=True)
+                with open(os.path.join(path, "memory.max"), "w") as f:
+                    f.write(str(limit))
+                return path
+    if os.path.isdir("/sys/fs/cgroup/memory"):
+        path = os.path.join("/sys/fs/cgroup/memory", name)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(limit))
+        return path
+    pytest.skip("no memory cgroup here (v2 with the memory controller, or v1's memory)")
+
+
+def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
+    """12 ranks started the moment the recorder says it is recording (no wait for its
+    attach), each raising in its 4th forward soon after `import torch`, then a process
+    in a memory cgroup that the OOM killer kills in its first forward: every rank has its
+    file, DIR/job-burst/evmbpf-PID-rankR.jsonl, the reference's --tail 50 trace of the same
+    work; the OOM-killed one has its file, which names the OOM killer. Each was held at
+    its exec (a ptrace stop: its parent, this test, sees it run on) until its probes were
+    placed, so none ran a module call untraced."""
+    wanted = wanted_folder(tmp_path, FAULT_MODEL)
+    cgroup = memory_cgroup(f"evmbpf-test-oom-{os.getpid()}", 700 << 20)
+    rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
+    ranks, oom = [], None
+    try:
+        for r in range(BURST):
+            ranks.append(workload(str(wanted / "fault_model.py"), env=clean_env(
+                FAULT_FORWARDS=6, FAULT_DIE="raise", RANK=r, WORLD_SIZE=BURST,
+                TORCHELASTIC_RUN_ID="burst")))
+        oom = subprocess.Popen(
+            ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" "$@"', HOST_PYTHON,
+             "-c", OOM_GROWS, WANTED], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env())
+        for proc in ranks + [oom]:
+            proc.communicate(timeout=600)
+        assert [p.returncode for p in ranks] == [1] * BURST, rec.stderr()[-3000:]
+        assert oom.returncode == -signal.SIGKILL, (oom.returncode, rec.stderr()[-3000:])
+        deadline = time.monotonic() + FILE_WAIT_S
+        while len(files_of(rec.dir)) < BURST + 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+        files = files_of(rec.dir)
+    finally:
+        for proc in ranks + [oom]:
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+        rc = rec.stop()
+        try:
+            os.rmdir(cgroup)
+        except OSError:
+            pass
+    assert rc == 0, rec.stderr()
+    pids = {p.pid: r for r, p in enumerate(ranks)}
+    want = {f"job-burst/evmbpf-{pid}-rank{r}.jsonl" for pid, r in pids.items()}
+    got = {f for f in files if pid_of_file(f) in pids}
+    assert got == want, (sorted(want - got), sorted(files), rec.stderr()[-3000:])
+    for name in sorted(got):
+        assert_equals_reference_tail(refs["raise-tail"], os.path.join(rec.dir, name))
+    mine = [f for f in files if pid_of_file(f) == oom.pid]
+    assert len(mine) == 1, (files, rec.stderr()[-3000:])
+    assert "the OOM killer's choice" in recorded_why(os.path.join(rec.dir, mine[0])), \
+        rec.stderr()[-3000:]

@@ -66,6 +66,10 @@ static void job_loop(struct job *j)
 			} else if (p->s.trace.nonfinite) {
 				proc_nonfinite(j, p);
 			} else if (p->s.ended) {
+				/* what the node told of it before its exit (the OOM killer's choice)
+				 * is read before its trace is written */
+				if (j->frb)
+					ring_buffer__consume(j->frb);
 				proc_end(p);
 			}
 		}

@@ -24,8 +24,9 @@ TEST_AIDS = os.environ.get("EVMBPF_TEST_AIDS",
 # the CUPTI agent (--cupti): beside the evmbpf under test, where evmbpf looks for it first
 AGENT = os.path.join(os.path.dirname(EVMBPF), "evmbpf-cupti.so")
 # the fuzz harnesses and the readers' sanitizer build: where `make -C tests fuzz-build`
-# puts them
-FUZZ_BUILD = os.path.join(ROOT, "build", "fuzz")
+# puts them, beside the evmbpf under test (OUT=DIR/fuzz for another build's), so that
+# the readers checked are that build's
+FUZZ_BUILD = os.path.join(os.path.dirname(EVMBPF), "fuzz")
 # the slow cells, workloads and trials too (make test-matrix)
 FULL_MATRIX = os.environ.get("EVMBPF_FULL_MATRIX") == "1"
 HOST_PYTHON = "/usr/bin/python3.11"

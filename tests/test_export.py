@@ -91,11 +91,7 @@ def traces(evmbpf, tmp_path_factory):
 
     # four threads inside forwards, the target SIGKILLed: error + unwound per thread
     out = str(d / "threads.jsonl")
-    # THREADS_MEET=0: the four threads' forwards as before the workload's meetings (with
-    # them, a damaged copy of this trace exported a child slice starting before its
-    # parent: an exporter defect not fixed yet, the closing note of 2026-12-03 says so)
-    run = Attached(THREADS, out, env=dict(os.environ, THREADS_FORWARDS="100000",
-                                          THREADS_MEET="0"))
+    run = Attached(THREADS, out, env=dict(os.environ, THREADS_FORWARDS="100000"))
     run.release()
     time.sleep(0.7)
     run.target.kill()
@@ -786,3 +782,80 @@ def test_damaged_traces_export_valid_files(traces, tmp_path):
                 chrome_slices(doc)
             else:
                 check_speedscope(doc)
+
+
+def hand_event(kind, tid, ts, forward, module=None, depth=None, call=None, **more):
+    """An event of a hand-made trace (a module's when module is given)."""
+    e = {"event": kind, "phase": "p", "forward": forward, "tid": tid, "ts_ns": ts, **more}
+    if module is not None:
+        e.update(module=module, type="Block", depth=depth, call=call)
+    return e
+
+
+def write_events(path, events):
+    path.write_text("".join(json.dumps(dict(e, i=n + 1)) + "\n" for n, e in enumerate(events)))
+    return str(path)
+
+
+def test_damaged_trace_exits_without_enters_nest(tmp_path):
+    """Two threads inside forwards at once, each with exits whose enter the damaged
+    trace does not hold before them. Such an exit's complete slice starts at the last
+    event of its depth or above; here the damage puts that event inside a call that
+    ends before the exit, and a slice from there would overlap the call (a child
+    slice starting before its parent)."""
+    ev = hand_event
+    trace = write_events(tmp_path / "damaged.jsonl", [
+        ev("forward", 7, 1000, 1), ev("enter", 7, 1000, 1, "<root>", 0, 1),
+        ev("forward", 8, 1001, 2), ev("enter", 8, 1001, 2, "<root>", 0, 2),
+        ev("exit", 8, 1002, 2, "<root>", 0, 2),
+        ev("forward", 8, 1005, 3), ev("enter", 8, 1005, 3, "<root>", 0, 5),
+        # thread 7's enter of blocks.0 (ts 1020) is moved below, into blocks.0.inner.lin
+        ev("enter", 7, 1030, 1, "blocks.0.inner", 2, 4),
+        ev("enter", 8, 1035, 3, "blocks.0", 1, 6),
+        ev("enter", 7, 1040, 1, "blocks.0.inner.lin", 3, 7),
+        ev("enter", 8, 1045, 3, "blocks.0.inner", 2, 8),
+        # thread 8: its first forward's root exit again, inside blocks.0.inner
+        ev("exit", 8, 1002, 2, "<root>", 0, 2),
+        ev("enter", 7, 1020, 1, "blocks.0", 1, 3),
+        ev("exit", 7, 1050, 1, "blocks.0.inner.lin", 3, 7),
+        ev("exit", 7, 1060, 1, "blocks.0.inner", 2, 4),
+        ev("exit", 8, 1065, 3, "blocks.0.inner", 2, 8),
+        ev("exit", 7, 1070, 1, "blocks.0", 1, 3),
+        ev("exit", 8, 1075, 3, "blocks.0", 1, 6),
+        ev("exit", 7, 1080, 1, "<root>", 0, 1),
+        # thread 8's root exit with its call number corrupted
+        ev("exit", 8, 1085, 3, "<root>", 0, "x"),
+    ])
+    r, doc = export(trace, "chrome")
+    slices = chrome_slices(doc)
+    xs = [(tid, s["name"], s["args"]["call"], s["start"], s["end"])
+          for (_, tid), ss in slices.items() for s in ss if s["ph"] == "X"]
+    # blocks.0 of thread 7 from the end of blocks.0.inner (not from where its enter
+    # was moved to, inside it); thread 8's root from the end of blocks.0 (not from the
+    # repeated exit's, inside it); the repeated exit itself where it was found
+    assert xs == [(7, "blocks.0", 3, 60, 70), (8, "<root>", 2, 45, 45),
+                  (8, "<root>", "x", 75, 85)]
+    assert "1 module call had not returned" in r.stderr
+    check_speedscope(export(trace, "speedscope")[1])
+
+
+def test_damaged_trace_counters_and_tid_0_in_time_order(tmp_path):
+    """Counters of every thread share track 0: an event out of order (a thread's time
+    ahead of another's) must not send them back in time, nor a tid of 0 put a thread's
+    slices on their track."""
+    mem = {"allocated": 100, "reserved": 200, "max_allocated": 300}
+    ev = hand_event
+    trace = write_events(tmp_path / "damaged.jsonl", [
+        ev("enter", 7, 1000, 1, "<root>", 0, 1, mem=mem),
+        ev("enter", 8, 1300, 2, "<root>", 0, 2, mem=mem),
+        ev("enter", 7, 1150, 1, "blocks.0", 1, 3, mem=mem),
+        ev("enter", 0, 1200, 3, "<root>", 0, 4),
+        ev("exit", 0, 1250, 3, "<root>", 0, 4),
+        ev("exit", 7, 1400, 1, "blocks.0", 1, 3),
+    ])
+    _, doc = export(trace, "chrome")
+    slices = chrome_slices(doc)
+    counters = [e["ts"] for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert counters == [0, 0.3, 0.3]
+    assert not [s for (_, tid), ss in slices.items() if tid == 0 for s in ss]
+    check_speedscope(export(trace, "speedscope")[1])

@@ -22,9 +22,7 @@ FORWARDS = int(os.environ.get("THREADS_FORWARDS", "60"))
 START = threading.Event()
 LOCAL = threading.local()
 RAISES = (10, 30)
-# THREADS_MEET=0: no meeting (tests/test_export.py's damaged traces: see its fixture)
-TOGETHER = tuple(s for s in (5, 20, 40) if s < FORWARDS and
-                 os.environ.get("THREADS_MEET", "1") != "0")
+TOGETHER = tuple(s for s in (5, 20, 40) if s < FORWARDS)
 MEET = threading.Barrier(4, timeout=120)
 TIDS = {}
 MODEL = None

@@ -58,7 +58,8 @@ static struct thread *thread_for(struct exporter *x, struct rd_event *e)
 {
 	long long tid;
 
-	if (!pyv_int(rd_ev_get(e, "tid"), &tid) || tid < 0 || tid >= FORWARDS_TID)
+	/* no thread has tid 0 (a damaged trace's), whose track is the counters' */
+	if (!pyv_int(rd_ev_get(e, "tid"), &tid) || tid <= 0 || tid >= FORWARDS_TID)
 		tid = x->pid;         /* the in-process tracer's single thread */
 	return thread_of(x, tid);
 }
@@ -115,11 +116,13 @@ static void mark_depth(struct thread *th, long long d, int64_t ns)
 		size_t n = (size_t)d + 1;
 
 		th->at_depth = xrealloc(th->at_depth, n * sizeof(*th->at_depth));
+		th->open_at = xrealloc(th->open_at, n * sizeof(*th->open_at));
 		for (size_t k = th->ndepth; k < n; k++)
 			th->at_depth[k] = INT64_MIN;
 		th->ndepth = n;
 	}
 	th->at_depth[d] = ns;
+	th->open_at[d] = th->depth;
 }
 
 /* ---- the module stack of a thread ---- */
@@ -153,6 +156,7 @@ static void pop(struct exporter *x, struct thread *th, int64_t ns, const char *a
 {
 	struct frame *f = &th->stack[--th->depth];
 
+	th->ended = ns;
 	if (x->chrome)
 		chrome_close_call(x, th, f, ns, args);
 	else
@@ -313,6 +317,7 @@ static void exporter_free(struct exporter *x)
 			free(th->stack[--th->depth].name);
 		free(th->stack);
 		free(th->at_depth);
+		free(th->open_at);
 		free(th->phase);
 		if (th->spilled)
 			fclose(th->events);

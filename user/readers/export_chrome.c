@@ -300,20 +300,39 @@ void chrome_unwound_args(struct buf *why, struct rd_event *e)
 	jval(why, rd_ev_get(e, "reason"));
 }
 
+/* Whether a call open after the last event at depth k has ended since: the call now
+ * in its place on the stack, if any, began after that event. */
+static int ended_since(const struct thread *th, long long k)
+{
+	size_t n = th->open_at[k];
+
+	return n && (n > th->depth || th->stack[n - 1].start > th->at_depth[k]);
+}
+
 /* An exit whose enter is not in the trace (a --tail trace's first events, an orphan
  * exit after a mid-forward attach): a complete slice from the last event that cannot
- * have been inside it. */
+ * have been inside it. In a damaged trace (a line moved or lost, a depth changed) that
+ * event can be one inside a call that has ended since: a slice from there would
+ * overlap that call, so it starts where the thread's last slice ended instead. */
 void chrome_unmatched_exit(struct exporter *x, struct thread *th, struct rd_event *e,
 			   int64_t ns, long long d)
 {
 	int64_t start = th->first;
+	long long from = -1;   /* the depth whose last event start is */
 	struct buf *b;
 
 	for (long long k = 0; k <= d && (size_t)k < th->ndepth; k++)
-		if (th->at_depth[k] != INT64_MIN && th->at_depth[k] > start)
+		if (th->at_depth[k] != INT64_MIN && th->at_depth[k] > start) {
 			start = th->at_depth[k];
-	if (th->depth && th->stack[th->depth - 1].start > start)
+			from = k;
+		}
+	if (th->depth && th->stack[th->depth - 1].start > start) {
 		start = th->stack[th->depth - 1].start;
+		from = -1;
+	}
+	if (from >= 0 && ended_since(th, from) && th->ended > start)
+		start = th->ended;
+	th->ended = ns;
 	b = chrome(x, "X", start, th->tid);
 	buf_puts(b, ",\"dur\":");
 	ts_us(b, ns - start);
@@ -428,6 +447,10 @@ void chrome_mem(struct exporter *x, struct rd_event *e, int64_t ns)
 
 	if (pyv_kind(mem) != PYV_DICT)
 		return;
+	/* every thread's counters are on one track, in time order as a thread's own events
+	 * are: an event out of order puts a thread's time ahead of another's */
+	if (ns < x->mem_at)
+		ns = x->mem_at;
 	b = chrome(x, "C", ns, 0);
 	buf_puts(b, ",\"cat\":\"memory\",\"name\":\"cuda memory\",\"args\":{");
 	cJSON_ArrayForEach(it, mem) {
@@ -440,10 +463,12 @@ void chrome_mem(struct exporter *x, struct rd_event *e, int64_t ns)
 		pyv_json(b, it);
 	}
 	buf_putc(b, '}');
-	if (n)
+	if (n) {
 		chrome_done(x);
-	else
+		x->mem_at = ns;
+	} else {
 		buf_clear(b);
+	}
 }
 
 /* ---- the forward and phase tracks ---- */

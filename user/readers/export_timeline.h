@@ -38,7 +38,9 @@ struct thread {
 	int64_t last;          /* latest time written on this thread */
 	int64_t first;
 	int64_t *at_depth;     /* the time of its last event at each depth */
+	size_t *open_at;       /* how many calls were open after that event */
 	size_t ndepth;
+	int64_t ended;         /* when the last slice on its module track ended */
 	int fwd_open;
 	char *phase;           /* the phase slice open, or NULL */
 	FILE *events;          /* speedscope: where its profile's events go */
@@ -64,6 +66,7 @@ struct exporter {
 	long long nout;
 	cJSON *header;
 	struct buf line;
+	int64_t mem_at;        /* chrome: the time of the last counter event */
 	/* speedscope */
 	int begun;
 	struct rd_keymap frames;

@@ -226,7 +226,7 @@ def test_record(evmbpf, share, tmp_path, kind):
         rec.send_signal(signal.SIGTERM)
         rec.wait(timeout=60)
     check_parent(kind, report, watch, rc)
-    files = [p for p in os.listdir(traces) if re.match(rf"evmbpf-{pid}\b", p)]
+    files = [p for p in os.listdir(traces) if re.match(rf"evmbpf-{pid}@", p)]
     assert len(files) == 1, os.listdir(traces)
     check_trace(str(traces / files[0]))
 

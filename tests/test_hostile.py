@@ -232,7 +232,7 @@ def test_recorder_files_stay_roots_under_sudo(evmbpf, share, tmp_path):
     finally:
         rec.send_signal(signal.SIGTERM)
         rec.wait(timeout=60)
-    files = [p for p in os.listdir(traces) if p.startswith(f"evmbpf-{pid}")]
+    files = [p for p in os.listdir(traces) if p.startswith(f"evmbpf-{pid}@")]
     assert len(files) == 1, os.listdir(traces)
     st = os.stat(traces / files[0])
     assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o600), st

@@ -42,6 +42,9 @@ RAISES = os.path.join(REF_WORKLOADS, "raises.py")  # 35 events: its tail keeps i
 HANG_AT = 5          # record_any: the 6th forward hangs in layers.1
 NO_TORCH = "import time; time.sleep(3); raise ValueError('no torch here')"
 FILE_WAIT_S = 60     # how long a file may take to appear once its process ended
+# the node in the recorder's names (evmbpf-PID[-rankR]@HOST...): uname's nodename, each
+# character outside [A-Za-z0-9_-] made '_', at most 64
+HOST = re.sub(r"[^A-Za-z0-9_-]", "_", os.uname().nodename)[:64]
 def kwargs_compared():
     """torch < 2.0: the reference sees no kwargs (run_workload.py), so they are not compared."""
     return host_kwargs()
@@ -109,7 +112,8 @@ def files_of(directory):
 
 
 def pid_of_file(relpath):
-    m = re.search(r"evmbpf-(\d+)(?:-rank\d+)?(?:\.flush-\d+)?\.jsonl$", relpath)
+    m = re.search(r"evmbpf-(\d+)(?:-rank\d+)?@[A-Za-z0-9_-]+(?:\.\d+)?(?:\.flush-\d+)?"
+                  r"\.jsonl$", relpath)
     return int(m.group(1)) if m else None
 
 
@@ -435,9 +439,9 @@ class TestRecorder:
                 if proc.poll() is None:
                     proc.kill()
         pids = {name: end[0] for name, end in ends.items()}
-        expected = {name: f"evmbpf-{pid}.jsonl" for name, pid in pids.items()
+        expected = {name: f"evmbpf-{pid}@{HOST}.jsonl" for name, pid in pids.items()
                     if name not in ("ok", "no_torch", "rank")}
-        expected["rank"] = f"job-abc/evmbpf-{pids['rank']}-rank1.jsonl"
+        expected["rank"] = f"job-abc/evmbpf-{pids['rank']}-rank1@{HOST}.jsonl"
         for relpath in expected.values():
             try:
                 settled(os.path.join(recorder.dir, relpath))
@@ -522,7 +526,7 @@ class TestRecorder:
         assert events[0]["tracer"]["pid"] == batch["pids"]["running"]
 
     def test_rank_file_in_its_job_folder(self, batch, refs):
-        """RANK=1, TORCHELASTIC_RUN_ID=abc: DIR/job-abc/evmbpf-PID-rank1.jsonl, the
+        """RANK=1, TORCHELASTIC_RUN_ID=abc: DIR/job-abc/evmbpf-PID-rank1@HOST.jsonl, the
         reference's tail; its header says rank 1, attached at its exec."""
         events = assert_equals_reference_tail(refs["raises-tail"], self.path(batch, "rank"))
         tracer = events[0]["tracer"]
@@ -531,7 +535,7 @@ class TestRecorder:
 
     def test_flush_of_a_hang(self, recorder, refs):
         """A process hung in layers.1 of forward 6: `evmbpf record --flush --pid PID`
-        writes DIR/evmbpf-PID.flush-1.jsonl (the tail, then the open frames unwound,
+        writes DIR/evmbpf-PID@HOST.flush-1.jsonl (the tail, then the open frames unwound,
         session ended) and the process runs on; SIGUSR1 to the recorder writes flush-2,
         the same; SIGKILL then writes its own file, the tail the flushes did not change."""
         flag = str(recorder.base / "flush-hung")
@@ -547,7 +551,7 @@ class TestRecorder:
 
             r = recorder.flush("--pid", str(proc.pid))
             assert r.returncode == 0, r.stderr
-            first = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.flush-1.jsonl")
+            first = os.path.join(recorder.dir, f"evmbpf-{proc.pid}@{HOST}.flush-1.jsonl")
             settled(first)
             assert_tail(expected, first)
             assert recorded_why(first) == "flush: the process runs on"
@@ -565,11 +569,12 @@ class TestRecorder:
             # SIGUSR1: every live process's tail, the other hung one's (forward 2) too
             wait_for_path(recorder.survivor_flag, 120, recorder.survivor)
             os.kill(recorder.proc.pid, signal.SIGUSR1)
-            second = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.flush-2.jsonl")
+            second = os.path.join(recorder.dir, f"evmbpf-{proc.pid}@{HOST}.flush-2.jsonl")
             settled(second)
             assert_tail(expected, second)
             assert proc.poll() is None, "the flushed process did not run on"
-            other = os.path.join(recorder.dir, f"evmbpf-{recorder.survivor.pid}.flush-1.jsonl")
+            other = os.path.join(recorder.dir,
+                                 f"evmbpf-{recorder.survivor.pid}@{HOST}.flush-1.jsonl")
             settled(other)
             before = cut_before_end(load(refs["any"]), "layers.1", 2)
             assert_tail(tail_of(before, unwound(open_frames(before), "session ended")), other)
@@ -577,7 +582,7 @@ class TestRecorder:
 
             os.kill(proc.pid, signal.SIGKILL)
             proc.communicate(timeout=60)
-            killed = os.path.join(recorder.dir, f"evmbpf-{proc.pid}.jsonl")
+            killed = os.path.join(recorder.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
             settled(killed)
             assert_tail(tail_of(prefix, [death(frames, "SIGKILL"),
                                          *unwound(frames, "process exited")]), killed)
@@ -634,7 +639,7 @@ class TestKeepAllAndMatch:
             pids = {name: end[0] for name, end in ends.items()}
             for name in ("clean", "matched"):
                 try:
-                    settled(os.path.join(rec.dir, f"evmbpf-{pids[name]}.jsonl"))
+                    settled(os.path.join(rec.dir, f"evmbpf-{pids[name]}@{HOST}.jsonl"))
                 except AssertionError as exc:
                     print(f"\n{exc}")
             time.sleep(2)
@@ -658,10 +663,10 @@ class TestKeepAllAndMatch:
     def test_keep_all_writes_a_clean_exit(self, run, refs):
         """--keep-all: the process that exited 0 has its file, the reference's --tail 50
         trace of the same run; one without torch still has none."""
-        name = f"evmbpf-{run['pids']['clean']}.jsonl"
+        name = f"evmbpf-{run['pids']['clean']}@{HOST}.jsonl"
         assert name in run["files"], (sorted(run["files"]), run["rec"].stderr())
         assert_equals_reference_tail(refs["any-tail"], os.path.join(run["rec"].dir, name))
-        assert f"evmbpf-{run['pids']['no_torch']}.jsonl" not in run["files"]
+        assert f"evmbpf-{run['pids']['no_torch']}@{HOST}.jsonl" not in run["files"]
 
     def test_match_selects_by_command_line(self, run, refs):
         """--match: the raising process whose command line does not match has no file;
@@ -669,7 +674,7 @@ class TestKeepAllAndMatch:
         pids = run["pids"]
         assert not [f for f in run["files"] if pid_of_file(f) == pids["unmatched"]], \
             sorted(run["files"])
-        name = f"evmbpf-{pids['matched']}.jsonl"
+        name = f"evmbpf-{pids['matched']}@{HOST}.jsonl"
         assert name in run["files"], (sorted(run["files"]), run["rec"].stderr())
         assert_equals_reference_tail(refs["raises-tail"], os.path.join(run["rec"].dir, name))
 
@@ -686,7 +691,7 @@ def test_max_memory_bounds_the_tail(evmbpf, refs, tmp_path):
     try:
         proc = workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="exit"))
         proc.communicate(timeout=300)
-        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
         settled(path)
     finally:
         rc = rec.stop()
@@ -717,7 +722,14 @@ def test_full_disk_keeps_the_tail(evmbpf, refs, tmp_path):
     """--dir on a full filesystem (a 256 KiB tmpfs, filled): a process that raises leaves
     no file while the disk is full, and the recorder says that its tail is kept; once
     there is room the file is written, and it is the reference's --tail 50 trace of the
-    same run, as it would have been with room at once."""
+    same run, as it would have been with room at once. --keep-free 0 (the free space not
+    looked at: the trace meets the full disk) and a --max-dir-size above the tmpfs's (the
+    defaults, 15% and 10% of 256 KiB, would refuse it); --match takes this test's process
+    alone (a link to the workload in a folder named by this test's pid)."""
+    token = f"evmbpf-full-disk-{os.getpid()}"
+    wanted = tmp_path / token
+    wanted.mkdir()
+    os.symlink(FAULT_MODEL, wanted / "fault_model.py")
     small = tmp_path / "small"
     small.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "evmbpf-full", str(small)],
@@ -726,11 +738,13 @@ def test_full_disk_keeps_the_tail(evmbpf, refs, tmp_path):
         traces = small / "traces"
         traces.mkdir()
         fill(small / "filler")
-        rec = Recorder(traces, pidfile=tmp_path / "pid")
+        rec = Recorder(traces, "--match", token, "--keep-free", "0", "--max-dir-size", "1M",
+                       pidfile=tmp_path / "pid")
         try:
-            proc = workload(FAULT_MODEL, env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
+            proc = workload(str(wanted / "fault_model.py"),
+                            env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
             proc.communicate(timeout=300)
-            path = traces / f"evmbpf-{proc.pid}.jsonl"
+            path = traces / f"evmbpf-{proc.pid}@{HOST}.jsonl"
             rec.wait_for(rf"^{proc.pid}: its trace \(exit status 1\) is kept in memory")
             assert not path.exists(), "a partial file was left"
             assert f"cannot write {path}: No space left on device" in rec.stderr()
@@ -751,17 +765,22 @@ def test_full_disk_keeps_the_tail(evmbpf, refs, tmp_path):
 def test_a_pid_that_left_a_file(evmbpf, refs, tmp_path):
     """A file of the process's pid is in the folder already, and its first flush's (an
     earlier process of that pid: pids come round, and start afresh at a boot while
-    /var/log/evmbpf stays): its trace goes to evmbpf-PID.2.jsonl, the reference's --tail
+    /var/log/evmbpf stays): its trace goes to evmbpf-PID@HOST.2.jsonl, the reference's --tail
     50 trace; the earlier files are left as they were."""
     go = str(tmp_path / "go")
-    proc = started(workload(RAISES, "--wait-for", go, "--wait-timeout", "300"))
+    token = f"evmbpf-left-a-file-{os.getpid()}"  # --match: this test's process alone
+    (tmp_path / token).mkdir()
+    os.symlink(RAISES, tmp_path / token / "raises.py")
+    proc = started(workload(str(tmp_path / token / "raises.py"), "--wait-for", go,
+                            "--wait-timeout", "300"))
     traces = tmp_path / "traces"
     traces.mkdir()
-    earlier = [traces / f"evmbpf-{proc.pid}.jsonl", traces / f"evmbpf-{proc.pid}.flush-1.jsonl"]
+    earlier = [traces / f"evmbpf-{proc.pid}@{HOST}.jsonl",
+               traces / f"evmbpf-{proc.pid}@{HOST}.flush-1.jsonl"]
     for path in earlier:
         path.write_text('{"event": "header"}\n')
     try:
-        rec = Recorder(traces, pidfile=tmp_path / "pid")
+        rec = Recorder(traces, "--match", token, pidfile=tmp_path / "pid")
     except BaseException:
         proc.kill()
         raise
@@ -769,7 +788,7 @@ def test_a_pid_that_left_a_file(evmbpf, refs, tmp_path):
         rec.wait_attached(proc.pid)
         open(go, "w").close()
         proc.communicate(timeout=300)
-        path = traces / f"evmbpf-{proc.pid}.2.jsonl"
+        path = traces / f"evmbpf-{proc.pid}@{HOST}.2.jsonl"
         settled(str(path))
     finally:
         if proc.poll() is None:
@@ -852,7 +871,7 @@ def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
         for proc in (inside, outside):
             proc.communicate(timeout=300)
         assert (inside.returncode, outside.returncode) == (1, 1)
-        settled(os.path.join(rec.dir, f"evmbpf-{inside.pid}.jsonl"))
+        settled(os.path.join(rec.dir, f"evmbpf-{inside.pid}@{HOST}.jsonl"))
         time.sleep(1)
         files = files_of(rec.dir)
     finally:
@@ -862,9 +881,9 @@ def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
         except OSError:
             pass
     assert rc == 0, rec.stderr()
-    assert files == {f"evmbpf-{inside.pid}.jsonl"}, (files, rec.stderr())
+    assert files == {f"evmbpf-{inside.pid}@{HOST}.jsonl"}, (files, rec.stderr())
     assert_equals_reference_tail(refs["raises-tail"],
-                                 os.path.join(rec.dir, f"evmbpf-{inside.pid}.jsonl"))
+                                 os.path.join(rec.dir, f"evmbpf-{inside.pid}@{HOST}.jsonl"))
 
 
 # ---------------------------------------------------------------- the recorder killed
@@ -951,7 +970,7 @@ def test_stop_on_nonfinite(evmbpf, tmp_path):
                    pidfile=tmp_path / "pid")
     proc = workload(str(wanted / "nonfinite.py"))
     try:
-        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
         settled(path, timeout=120)
         deadline = time.monotonic() + 10
         while proc_state(proc.pid) not in ("T", "t") and time.monotonic() < deadline:
@@ -1084,7 +1103,7 @@ class TestForkExecLateImport:
 
         _, err = let_go_once_attached(rec, proc, go, check=torch_not_imported)
         assert proc.returncode == 1, err[-2000:]
-        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
         settled(path)
         events = assert_equals_reference_tail(refs["raises-tail"], path)
         assert events[0]["tracer"]["recorder"]["attached"] == "exec", events[0]["tracer"]
@@ -1102,7 +1121,7 @@ class TestForkExecLateImport:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env())
         _, err = let_go_once_attached(rec, proc, go)
         assert proc.returncode == 1, err[-2000:]
-        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
         settled(path)
         assert rec.count(rf"^evmbpf: {proc.pid} exec'd another program") == 1, rec.stderr()
         assert rec.count(rf"^attached to {proc.pid} ") == 2, rec.stderr()
@@ -1145,7 +1164,7 @@ class TestForkExecLateImport:
         parent, child, rc = self.forked(rec, "fork-raise", RECORD_FORK_OF=FAULT_MODEL,
                                         FAULT_FORWARDS=6, FAULT_DIE="raise")
         assert rc == 1
-        path = os.path.join(rec.dir, f"evmbpf-{child}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{child}@{HOST}.jsonl")
         settled(path)
         rec.wait_for(rf"^evmbpf: {parent} ended \(exit status 0\): no trace needed")
         assert not [f for f in files_of(rec.dir) if pid_of_file(f) == parent]
@@ -1162,7 +1181,7 @@ class TestForkExecLateImport:
         parent, child, rc = self.forked(rec, "fork-exit", RECORD_FORK_OF=RECORD_ANY,
                                         RECORD_END="sysexit")
         assert rc == 3
-        path = os.path.join(rec.dir, f"evmbpf-{child}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{child}@{HOST}.jsonl")
         settled(path)
         rec.wait_for(rf"^evmbpf: {parent} ended \(exit status 0\): no trace needed")
         assert not [f for f in files_of(rec.dir) if pid_of_file(f) == parent]
@@ -1200,7 +1219,7 @@ def test_object_kept_for_the_next_process(evmbpf, refs, tmp_path):
                 if proc.poll() is None:
                     proc.kill()
             assert proc.returncode == 1
-            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl"))
+            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl"))
             rec.wait_for(rf"^{proc.pid}: trace in ")
             pids.append(proc.pid)
     finally:
@@ -1212,7 +1231,7 @@ def test_object_kept_for_the_next_process(evmbpf, refs, tmp_path):
                      r"serves it") == 1, rec.stderr()
     for pid in pids:
         assert_equals_reference_tail(refs["raises-tail"],
-                                     os.path.join(rec.dir, f"evmbpf-{pid}.jsonl"))
+                                     os.path.join(rec.dir, f"evmbpf-{pid}@{HOST}.jsonl"))
 
 
 # ---------------------------------------------------------------- more than one object serves
@@ -1253,7 +1272,7 @@ def test_more_processes_than_one_object_serves(evmbpf, tmp_path):
             proc.communicate(timeout=300)
             assert proc.returncode == 1
         for proc in procs:
-            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl"))
+            settled(os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl"))
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -1265,9 +1284,9 @@ def test_more_processes_than_one_object_serves(evmbpf, tmp_path):
     assert rec.count(r"^evmbpf: \d+: BPF object 2 loaded") == 1, rec.stderr()[-3000:]
     assert not rec.count(r"not traced"), rec.stderr()[-3000:]
     for proc in procs:
-        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.jsonl")
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.jsonl")
         compare_traces(load(ref), load(path), kwargs=True)
-    assert files_of(rec.dir) == {f"evmbpf-{proc.pid}.jsonl" for proc in procs}
+    assert files_of(rec.dir) == {f"evmbpf-{proc.pid}@{HOST}.jsonl" for proc in procs}
 
 
 def test_bad_modules_refused_at_once(evmbpf, tmp_path):
@@ -1357,13 +1376,13 @@ def test_user_disk_share(evmbpf, refs, tmp_path):
             path = settled_file(traces, other)
         finally:
             assert rec.stop() == 0, rec.stderr()
-    assert not (traces / f"evmbpf-{refused}.jsonl").exists()
+    assert not (traces / f"evmbpf-{refused}@{HOST}.jsonl").exists()
     assert "of them user 0's; --max-disk" in rec.stderr(), rec.stderr()
     assert_equals_reference_tail(refs["raises-tail"], str(path))
 
 
 def settled_file(folder, pid):
-    path = os.path.join(str(folder), f"evmbpf-{pid}.jsonl")
+    path = os.path.join(str(folder), f"evmbpf-{pid}@{HOST}.jsonl")
     settled(path)
     return path
 
@@ -1526,7 +1545,7 @@ def proc_torch_version():
 def test_flush_of_a_hang_begun_before_the_recorder(evmbpf, tmp_path):
     """A process hung inside layers.1 of its first forward before the recorder started
     (attached mid-hang: its tail stays empty, no module call returns): --flush --pid
-    writes DIR/evmbpf-PID.flush-1.jsonl anyway, its closing mark alone, whose threads
+    writes DIR/evmbpf-PID@HOST.flush-1.jsonl anyway, its closing mark alone, whose threads
     name the hung modules, as evmbpf dump --json does; the process runs on."""
     flag = str(tmp_path / "hung")
     proc = workload(RECORD_ANY, env=clean_env(RECORD_HANG_AT=0, RECORD_FLAG=flag,
@@ -1538,7 +1557,7 @@ def test_flush_of_a_hang_begun_before_the_recorder(evmbpf, tmp_path):
             rec.wait_attached(proc.pid, proc)
             r = rec.flush("--pid", str(proc.pid))
             assert r.returncode == 0, r.stderr
-            path = os.path.join(rec.dir, f"evmbpf-{proc.pid}.flush-1.jsonl")
+            path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.flush-1.jsonl")
             settled(path)
             assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z")
         finally:
@@ -1580,7 +1599,7 @@ def test_job_folders_are_roots_alone(evmbpf, tmp_path):
                 open(go, "w").close()
                 proc.communicate(timeout=300)
                 os.unlink(go)
-            settled(str(traces / "job-abc" / f"evmbpf-{pids['abc']}.jsonl"))
+            settled(str(traces / "job-abc" / f"evmbpf-{pids['abc']}@{HOST}.jsonl"))
         finally:
             assert rec.stop() == 0, rec.stderr()
     assert oct((traces / "job-abc").stat().st_mode & 0o777) == "0o700"
@@ -1627,7 +1646,7 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
     """12 ranks started the moment the recorder says it is recording (no wait for its
     attach), each raising in its 4th forward soon after `import torch`, then a process
     in a memory cgroup that the OOM killer kills in its first forward: every rank has its
-    file, DIR/job-burst/evmbpf-PID-rankR.jsonl, the reference's --tail 50 trace of the same
+    file, DIR/job-burst/evmbpf-PID-rankR@HOST.jsonl, the reference's --tail 50 trace of the same
     work; the OOM-killed one has its file, which names the OOM killer. Each was held at
     its exec (a ptrace stop: its parent, this test, sees it run on) until its probes were
     placed, so none ran a module call untraced."""
@@ -1664,7 +1683,7 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
             pass
     assert rc == 0, rec.stderr()
     pids = {p.pid: r for r, p in enumerate(ranks)}
-    want = {f"job-burst/evmbpf-{pid}-rank{r}.jsonl" for pid, r in pids.items()}
+    want = {f"job-burst/evmbpf-{pid}-rank{r}@{HOST}.jsonl" for pid, r in pids.items()}
     got = {f for f in files if pid_of_file(f) in pids}
     assert got == want, (sorted(want - got), sorted(files), rec.stderr()[-3000:])
     for name in sorted(got):

@@ -390,3 +390,86 @@ def test_a_later_process_of_a_pid(tmp_path):
     assert out.startswith(f"{d}: 3 processes ended badly, first failure first:\n"), out
     assert re.findall(r"^  \d\. .*?pid (\d+), rank (\S+?)  ", out, re.M) == [
         ("30", "-"), ("30", "-"), ("31", "2")], out
+
+
+# ---- the host in the names: evmbpf-PID[-rankR]@HOST[.N][.flush-K].jsonl ----
+
+def mark_host(path, host):
+    """The recorder's closing mark, naming the process's host, added to a trace."""
+    with open(path) as handle:
+        n = sum(1 for _ in handle)
+    with open(path, "a") as handle:
+        handle.write(json.dumps({"event": "recorded", "why": "exit status 1",
+                                 "process": {"command": ["python3", "train.py"], "host": host},
+                                 "pid": 0, "ts_ns": T0, "i": n + 1}) + "\n")
+
+
+def test_names_with_and_without_the_host(tmp_path):
+    """Both the names of before the host was in them and the new ones give the pid, the
+    rank and (the new ones) the host, .N and .flush-K included; a name whose host is empty,
+    too long, or holds a character the recorder never writes is not the recorder's."""
+    d = str(tmp_path / "n")
+    os.makedirs(os.path.join(d, "job-x"))
+    cases = [("evmbpf-10.jsonl", 1, "10", "-", None),
+             ("evmbpf-11@node-a.jsonl", 2, "11", "-", "node-a"),
+             ("evmbpf-12-rank3@node_b-1.2.jsonl", 3, "12", "3", "node_b-1"),
+             ("job-x/evmbpf-13-rank0@N0.jsonl", 4, "13", "0", "N0"),
+             ("evmbpf-14-rank2.3.jsonl", 5, "14", "2", None),
+             ("evmbpf-15@.jsonl", 6, "?", "-", None),
+             ("evmbpf-16@a.b.jsonl", 7, "?", "-", None),
+             (f"evmbpf-17@{'h' * 65}.jsonl", 8, "?", "-", None),
+             (f"evmbpf-18@{'h' * 64}.jsonl", 9, "18", "-", "h" * 64)]
+    for name, k, pid, _, _ in cases:
+        write_trace(os.path.join(d, name), int(pid) if pid != "?" else 99,
+                    ("KeyError", name, T0 + k * S))
+    write_trace(os.path.join(d, "evmbpf-11@node-a.flush-2.jsonl"), 11)
+    write_trace(os.path.join(d, "job-x", "evmbpf-13-rank0@N0.4.flush-1.jsonl"), 13)
+    out = summarize(d)
+    listed = re.findall(r"^  \d\. \S+ \S+ UTC  pid (\S+), rank (\S+?)(?:, host (\S+?))?"
+                        r"(?:, job-x/)?  ", out, re.M)
+    assert listed == [(pid, rank, host or "") for _, _, pid, rank, host in cases], out
+    assert "pid 11, rank -, host node-a, flush 2, 9 events" in out, out
+    assert "pid 13, rank 0, host N0, job-x/, flush 1, 9 events" in out, out
+
+
+def test_two_nodes_merged(tmp_path):
+    """The folders of two nodes, copied into one: the same pids and the same job's folder,
+    no name taken twice. The list, the job's line and the sections go by the time of the
+    ends across both (epoch ns), each process with its host: the mark's where it names
+    one (an FQDN, as the node calls itself), else the name's."""
+    nodes = {"node-a": [("evmbpf-100.jsonl", 100, None, 4),
+                        ("job-7/evmbpf-200-rank0.jsonl", 200, "0", 3)],
+             "node-b": [("evmbpf-100.jsonl", 100, None, 1),
+                        ("job-7/evmbpf-200-rank1.jsonl", 200, "1", 2)]}
+    merged = tmp_path / "merged"
+    for host, traces in nodes.items():
+        src = tmp_path / host
+        for name, pid, _, at in traces:
+            named = name.replace(".jsonl", f"@{host}.jsonl")
+            path = write_trace(str(src / named), pid, ("RuntimeError", f"{host} {pid}",
+                                                       T0 + at * S))
+            if host == "node-b" and pid == 100:
+                mark_host(path, "node-b.example.com")
+        shutil.copytree(src, merged, dirs_exist_ok=True)
+    assert len(os.listdir(merged)) == 3 and len(os.listdir(merged / "job-7")) == 2
+    out = summarize(str(merged))
+    assert out.startswith(f"{merged}: 4 processes ended badly, first failure first:\n"), out
+    listed = re.findall(r"^  \d\. (\S+ \S+) UTC  (pid .*?)  an exception: RuntimeError: "
+                        r"(.*)$", out, re.M)
+    assert listed == [
+        ("2026-12-02 10:08:12.000000", "pid 100, rank -, host node-b.example.com",
+         "node-b 100"),
+        ("2026-12-02 10:08:13.000000", "pid 200, rank 1, host node-b, job-7/", "node-b 200"),
+        ("2026-12-02 10:08:14.000000", "pid 200, rank 0, host node-a, job-7/", "node-a 200"),
+        ("2026-12-02 10:08:15.000000", "pid 100, rank -, host node-a", "node-a 100")], out
+    assert "  job-7/ (2 processes): rank 1 on node-b failed first (RuntimeError), 1.000 s " \
+        "before rank 0 on node-a (RuntimeError)\n" in out, out
+    secs = sections(out)
+    assert list(secs) == ["=== 1 of 4: pid 100, rank -, host node-b.example.com",
+                          "=== 2 of 4: pid 200, rank 1, host node-b, job-7/",
+                          "=== 3 of 4: pid 200, rank 0, host node-a, job-7/",
+                          "=== 4 of 4: pid 100, rank -, host node-a"], out
+    first = secs["=== 1 of 4: pid 100, rank -, host node-b.example.com"]
+    assert f"file:   {merged}/evmbpf-100@node-b.jsonl\n" in first
+    assert "\nhost:   node-b.example.com\ncommand: python3 train.py\n" in first, first
+    assert "\nhost:   node-a\n" in secs["=== 4 of 4: pid 100, rank -, host node-a"]

@@ -1,12 +1,13 @@
 /* evmbpf summarize DIR, where DIR is what `evmbpf record --dir DIR` wrote
  * (docs/record.md): what died on this node, first failure first.
  *
- * The recorder writes a trace only for a process that ended badly: DIR/evmbpf-PID.jsonl,
- * DIR/evmbpf-PID-rankR.jsonl (.N before .jsonl: a later process of that pid), the ranks
- * of one job in DIR/job-ID/; the live tails
- * `--flush` asks for are *.flush-K.jsonl beside them (their processes ran on). Every
- * *.jsonl under DIR is read (folders at any depth, symbolic links to folders not
- * followed). The report:
+ * The recorder writes a trace only for a process that ended badly:
+ * DIR/evmbpf-PID@HOST.jsonl, DIR/evmbpf-PID-rankR@HOST.jsonl (.N before .jsonl: a later
+ * process of that pid; no @HOST in the names of a recorder from before the host was in
+ * them), the ranks of one job in DIR/job-ID/ (many nodes' folders merge into one); the
+ * live tails `--flush` asks for are *.flush-K.jsonl beside them (their processes ran
+ * on). Every *.jsonl under DIR is read (folders at any depth, symbolic links to folders
+ * not followed). The report:
  *
  *   - a list of the processes that ended badly (every trace but the live tails), by the
  *     time of their end (the error's ts_ns, else the last event's; traces without times
@@ -22,7 +23,8 @@
  *     how it ended, and the text `evmbpf summarize FILE` prints for it.
  *
  * The pid and rank come from the trace's header when the tail still holds it, else
- * from the file's name. Every trace is read once for its end, quietly; the sections'
+ * from the file's name; the host from the recorder's closing mark (its "process"), else
+ * from the name. Every trace is read once for its end, quietly; the sections'
  * summaries read the failed ones again, and say what is damaged in them. */
 #include "reader_dir.h"
 
@@ -35,6 +37,7 @@
 #include <time.h>
 
 #include "reader_cmds.h"
+#include "reader_dir_name.h"
 #include "reader_trace.h"
 
 #define WALK_DEPTH 16          /* folders below DIR read at most this deep */
@@ -47,6 +50,7 @@ struct node_trace {
 	char *job;                 /* the folder relative to DIR ("" at the top) */
 	long long pid;             /* 0: unknown */
 	char rank[32];             /* "" unknown */
+	char host[RD_HOST_MAX + 1]; /* "" unknown */
 	long long flush;           /* K of *.flush-K.jsonl, or -1 */
 	long long events;
 	long long forward;         /* the last forward event's number */
@@ -87,65 +91,6 @@ static char *join(const char *a, const char *b)
 	return p.data;
 }
 
-/* Leading digits of *s as a number, s moved past them; 0 when there are none. */
-static int take_digits(const char **s, long long *out)
-{
-	const char *p = *s;
-	long long v = 0;
-	while (*p >= '0' && *p <= '9' && v < 1000000000000LL)
-		v = v * 10 + (*p++ - '0');
-	if (p == *s)
-		return 0;
-	*s = p;
-	*out = v;
-	return 1;
-}
-
-/* K of NAME.flush-K.jsonl, or -1. */
-static long long flush_of(const char *base)
-{
-	const char *f = strstr(base, ".flush-");
-	long long k;
-	for (; f; f = strstr(f + 1, ".flush-")) {
-		const char *p = f + 7;
-		if (take_digits(&p, &k) && strcmp(p, ".jsonl") == 0)
-			return k;
-	}
-	return -1;
-}
-
-/* The recorder's names: evmbpf-PID[-rankR][.N][.flush-K].jsonl (.N: a later process of
- * a pid that had left a file). 1 and the pid and rank. */
-static int recorder_name(const char *base, long long *pid, char *rank, size_t rank_size)
-{
-	const char *p = base;
-	long long k;
-	if (strncmp(p, "evmbpf-", 7) != 0)
-		return 0;
-	p += 7;
-	if (!take_digits(&p, pid))
-		return 0;
-	rank[0] = '\0';
-	if (strncmp(p, "-rank", 5) == 0) {
-		const char *r = p + 5;
-		size_t n = strcspn(r, ".");
-		if (n == 0 || n >= rank_size)
-			return 0;
-		memcpy(rank, r, n);
-		rank[n] = '\0';
-		p = r + n;
-	}
-	const char *again = p;
-	if (*again == '.' && (again++, take_digits(&again, &k)))
-		p = again;
-	if (strncmp(p, ".flush-", 7) == 0) {
-		p += 7;
-		if (!take_digits(&p, &k))
-			return 0;
-	}
-	return strcmp(p, ".jsonl") == 0;
-}
-
 static const char *base_of(const char *path)
 {
 	const char *slash = strrchr(path, '/');
@@ -164,8 +109,13 @@ static void add_trace(struct node *nd, const char *rel, const char *sub)
 	t->rel = xstrdup(rel);
 	t->path = join(nd->dir, rel);
 	t->job = xstrdup(sub);
-	t->flush = flush_of(base_of(rel));
-	recorder_name(base_of(rel), &t->pid, t->rank, sizeof(t->rank));
+	t->flush = rd_flush_of(base_of(rel));
+	struct rd_recname name;
+	if (rd_recorder_name(base_of(rel), &name)) {
+		t->pid = name.pid;
+		snprintf(t->rank, sizeof(t->rank), "%s", name.rank);
+		snprintf(t->host, sizeof(t->host), "%s", name.host);
+	}
 }
 
 /* Every *.jsonl under dir/sub into nd; folders at most WALK_DEPTH deep, symbolic links
@@ -306,8 +256,7 @@ static enum header_kind first_header(const char *path)
 static int looks_recorded(struct node *nd)
 {
 	int named = 1, other = 0;
-	long long pid;
-	char rank[32];
+	struct rd_recname name;
 
 	if (nd->job_dirs)
 		return 1;
@@ -319,7 +268,7 @@ static int looks_recorded(struct node *nd)
 		if (h == RECORDER_HEADER)
 			return 1;
 		other |= h == OTHER_HEADER;
-		named &= recorder_name(nd->v[i].rel, &pid, rank, sizeof(rank));
+		named &= rd_recorder_name(nd->v[i].rel, &name);
 	}
 	/* the recorder's names, and no header of a tracer that is not the recorder (a
 	 * --follow --out evmbpf-%p.jsonl job keeps its headers: a job's summary) */
@@ -400,6 +349,8 @@ static void read_end(struct node_trace *t)
 	t->events = tr.events;
 	snprintf(t->why, sizeof(t->why), "%s", tr.recorded_why);
 	snprintf(t->command, sizeof(t->command), "%s", tr.recorded_command);
+	if (tr.recorded_host[0])
+		snprintf(t->host, sizeof(t->host), "%s", tr.recorded_host);
 	t->bad = got < 0;
 	t->err = t->bad ? EIO : 0;
 	t->cut = tr.bad > 0 || tr.pending_cut;
@@ -509,21 +460,28 @@ static void put_who(struct buf *b, const struct node_trace *t)
 	else
 		buf_puts(b, "pid ?");
 	buf_printf(b, ", rank %s", t->rank[0] ? t->rank : "-");
+	if (t->host[0])
+		buf_printf(b, ", host %s", t->host);
 	if (t->job[0])
 		buf_printf(b, ", %s/", t->job);
 }
 
-/* A process of a job: "rank R" where its rank names it alone, else its pid too. */
+/* A process of a job: "rank R" where its rank names it alone, else its pid too; "on
+ * HOST" after it when the job's processes ran on more than one node. */
 static void put_member(struct buf *b, struct node_trace **all, size_t n,
 		       const struct node_trace *t)
 {
-	int same = 0;
-	for (size_t i = 0; i < n; i++)
+	int same = 0, hosts = 0;
+	for (size_t i = 0; i < n; i++) {
 		same += all[i]->rank[0] && !strcmp(all[i]->rank, t->rank);
+		hosts |= strcmp(all[i]->host, all[0]->host) != 0;
+	}
 	if (t->rank[0])
 		buf_printf(b, "rank %s", t->rank);
 	if (!t->rank[0] || same > 1)
 		buf_printf(b, "%spid %lld", t->rank[0] ? " " : "", t->pid);
+	if (hosts && t->host[0])
+		buf_printf(b, " on %s", t->host);
 }
 
 static const char *end_word(const struct node_trace *t)
@@ -670,6 +628,8 @@ static int print_section(const struct node_trace *t, size_t k, size_t died, long
 	buf_printf(&b, "   rank: %s   job: %s", t->rank[0] ? t->rank : "-",
 		   t->job[0] ? t->job : "-");
 	buf_line(&b, out);
+	if (t->host[0])
+		fprintf(out, "host:   %s\n", t->host);
 	if (t->command[0]) {
 		buf_printf(&b, "command: %s", t->command);
 		buf_line(&b, out);

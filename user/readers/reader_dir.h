@@ -7,7 +7,7 @@
 
 /* Whether dir is laid out as the recorder writes it (and is not a run directory):
  * its traces in folders (DIR/job-ID/), a live tail (*.flush-K.jsonl), a header the
- * recorder wrote, only evmbpf-PID[-rankR].jsonl files with no other evmbpf's header,
+ * recorder wrote, only evmbpf-PID[-rankR][@HOST].jsonl files with no other evmbpf's header,
  * or the --dir of the recorder running now. */
 int rd_dir_is_record(const char *dir);
 

@@ -335,6 +335,14 @@ static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 			if (pyv_kind(a) == PYV_STR)
 				at += (size_t)snprintf(t->recorded_command + at, cap - at, "%s%s",
 						       at ? " " : "", a->valuestring);
+		const cJSON *host = pyv_kind(who) == PYV_DICT ? pyv_get(who, "host") : NULL;
+		t->recorded_host[0] = 0;
+		if (pyv_kind(host) == PYV_STR) {
+			snprintf(t->recorded_host, sizeof(t->recorded_host), "%s", host->valuestring);
+			for (char *c = t->recorded_host; *c; c++)
+				if ((unsigned char)*c < 0x20 || *c == 0x7f)
+					*c = '?';
+		}
 		return 1;
 	}
 	if (pyv_kind(what) != PYV_STR || strcmp(what->valuestring, "unobservable"))

@@ -110,6 +110,9 @@ struct rd_trace {
 	/* ... and whose process it was: its command line, arguments joined by spaces (cut
 	 * to fit), "" when the mark has none */
 	char recorded_command[512];
+	/* ... and the node it ran on (its "host": at most 64 bytes kept, a control character
+	 * made '?'), "" when the mark has none */
+	char recorded_host[65];
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);

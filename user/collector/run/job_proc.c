@@ -15,6 +15,7 @@
 #include "procstate.h"
 #include "record.h"
 #include "record_who.h"
+#include "retention.h"
 #include "session.h"
 #include "util.h"
 #include "watchdog.h"
@@ -151,6 +152,11 @@ void proc_end(struct proc *p)
 		if (!p->s.discard && called &&
 		    node_disk_refused(&p->opts.record, p->s.target.pid, p->uid, p->out))
 			p->s.discard = 1; /* its user's traces reached their share of --max-disk */
+		/* its room made in DIR first: the oldest files go (said); none: not written */
+		else if (!p->s.discard && called &&
+			 retention_room(p->opts.record.dir, p->s.target.pid, "trace", p->out,
+					trace_tail_bytes(&p->s.trace), 0))
+			p->s.discard = 1;
 	}
 	int rc = session_finish(&p->s);
 	watchdog_forget(p->s.target.pid);
@@ -195,12 +201,17 @@ int proc_numeric(struct job *j, struct proc *p)
 void proc_nonfinite(struct job *j, struct proc *p)
 {
 	p->live = 0;
-	if (j->node)
+	if (j->node) {
 		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why),
 			 "a non-finite output in %s", p->s.trace.nonfinite);
+		/* its room made in DIR first (none: not written, said; the process is stopped) */
+		p->s.discard = retention_room(p->opts.record.dir, p->s.target.pid, "trace", p->out,
+					      trace_tail_bytes(&p->s.trace), 0) != RETENTION_ROOM;
+	}
 	session_stop_nonfinite(&p->s, 0);
 	watchdog_forget(p->s.target.pid);
-	fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	if (!p->s.discard)
+		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
 	j->nonfinite = 1;
 }
 

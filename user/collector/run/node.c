@@ -16,6 +16,7 @@
 #include "node_share.h"
 #include "procstate.h"
 #include "record.h"
+#include "retention.h"
 #include "session.h"
 #include "trace.h"
 #include "util.h"
@@ -128,6 +129,13 @@ static void node_flush(struct job *j, pid_t asked)
 				threads.data[--threads.len] = 0;
 		}
 		dump_snapshot_free(&snap);
+		/* its room made first, when there is a file to write (said when there is none) */
+		if ((p->s.trace.events || threads.data) &&
+		    retention_room(j->opts->record.dir, pid, "live tail", path,
+				   trace_tail_bytes(&p->s.trace) + threads.len, 0)) {
+			buf_free(&threads);
+			continue;
+		}
 		int rc = trace_snapshot(&p->s.trace, path, threads.data);
 		buf_free(&threads);
 		if (!rc) {
@@ -202,7 +210,15 @@ void node_write_kept(struct job *j, int last)
 			i++;
 			continue;
 		}
-		int rc = trace_write_kept(k->path, k->data, k->len);
+		/* its room made first: none under --keep-free is as a full disk (it waits; with -v
+		 * only, said at the last try); none under --max-dir-size never comes (lost, said) */
+		int room = retention_room(j->opts->record.dir, k->pid, "trace", k->path, k->len,
+					  !last);
+		int rc = room == RETENTION_OVER_FREE ? TRACE_KEPT : room ? -1
+			: trace_write_kept(k->path, k->data, k->len);
+		if (room == RETENTION_OVER_DIR)
+			warnx_("%d: its trace is lost: %s (%zu bytes) alone passes --max-dir-size",
+			       k->pid, k->path, k->len);
 		if (rc == TRACE_KEPT && !last) {
 			uint64_t wait = KEPT_RETRY_NS << (k->tries < 5 ? ++k->tries : 5);
 			k->due_ns = now + (wait < KEPT_RETRY_MAX_NS ? wait : KEPT_RETRY_MAX_NS);
@@ -214,8 +230,8 @@ void node_write_kept(struct job *j, int last)
 			fprintf(stderr, "%d: trace in %s (%s), written once there was room\n", k->pid,
 				k->path, k->how[0] ? k->how : "-");
 		} else if (rc == TRACE_KEPT) {
-			warnx_("%d: its trace is lost: %s still cannot be written (the disk is full)",
-			       k->pid, k->path);
+			warnx_("%d: its trace is lost: %s still cannot be written (the disk is full, "
+			       "or --keep-free leaves no room)", k->pid, k->path);
 		}
 		free(k->data);
 		j->kept[i] = j->kept[--j->nkept];
@@ -246,7 +262,8 @@ void node_step(struct job *j)
 int node_start(struct job *j)
 {
 	const struct record_opts *o = &j->opts->record;
-	if (record_match_compile(o, &j->match) || record_pidfile_write())
+	if (record_match_compile(o, &j->match) || record_pidfile_write() ||
+	    retention_start(o->dir))
 		return -1;
 	record_flush_catch();
 	record_fd_limit();

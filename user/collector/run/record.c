@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include "procstate.h"
@@ -153,9 +154,22 @@ static int taken(const char *path)
 	return access(path, F_OK) == 0 || errno != ENOENT;
 }
 
+const char *record_host(void)
+{
+	static char host[RECORD_HOST_MAX + 1];
+	if (host[0])
+		return host;
+	struct utsname u;
+	snprintf(host, sizeof(host), "%s", !uname(&u) && u.nodename[0] ? u.nodename : "unknown");
+	for (char *p = host; *p; p++)
+		if (!isalnum((unsigned char)*p) && *p != '_' && *p != '-')
+			*p = '_';
+	return host;
+}
+
 int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *out, size_t cap)
 {
-	char dir[PATH_MAX], job[128], base[PATH_MAX + 64];
+	char dir[PATH_MAX], job[128], base[PATH_MAX + 160];
 	job_id(pid, job, sizeof(job));
 	if (job[0]) {
 		snprintf(dir, sizeof(dir), "%s/job-%s", o->dir, job);
@@ -177,13 +191,13 @@ int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *
 		snprintf(dir, sizeof(dir), "%s", o->dir);
 	}
 	if (rank && rank[0])
-		snprintf(base, sizeof(base), "%s/evmbpf-%d-rank%s", dir, pid, rank);
+		snprintf(base, sizeof(base), "%s/evmbpf-%d-rank%s@%s", dir, pid, rank, record_host());
 	else
-		snprintf(base, sizeof(base), "%s/evmbpf-%d", dir, pid);
+		snprintf(base, sizeof(base), "%s/evmbpf-%d@%s", dir, pid, record_host());
 	/* pids come round again (and start afresh at a boot, the folder kept): an earlier
 	 * process's file, or its first flush's, gives this one the next free .N */
 	for (int n = 1; n < 1000; n++) {
-		char again[16] = "", flush[PATH_MAX + 96];
+		char again[16] = "", flush[PATH_MAX + 200];
 		if (n > 1)
 			snprintf(again, sizeof(again), ".%d", n);
 		int len = snprintf(out, cap, "%s%s.jsonl", base, again);

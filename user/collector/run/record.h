@@ -23,9 +23,14 @@ int record_chosen(const struct record_opts *o, const struct pyre *match, pid_t p
 /* The processes running now that record_wanted takes, evmbpf itself apart: how many
  * were put into pids. */
 int record_scan(const struct record_opts *o, const struct pyre *match, pid_t *pids, int max);
-/* Where a process's trace goes: DIR[/job-ID]/evmbpf-PID[-rankR][.N].jsonl, the job's
- * folder made (ID: the process's TORCHELASTIC_RUN_ID, else port-MASTER_PORT); .N (2,
- * 3, ...) when an earlier process of that pid left a file there. 0, or -1 (said). */
+/* The node in the traces' names: uname's nodename, each character outside [A-Za-z0-9_-]
+ * made '_' (an FQDN's dots too), at most RECORD_HOST_MAX of them: the folders of many
+ * nodes merge without a name taken twice. */
+#define RECORD_HOST_MAX 64
+const char *record_host(void);
+/* Where a process's trace goes: DIR[/job-ID]/evmbpf-PID[-rankR]@HOST[.N].jsonl, the
+ * job's folder made (ID: the process's TORCHELASTIC_RUN_ID, else port-MASTER_PORT); .N
+ * (2, 3, ...) when an earlier process of that pid left a file there. 0, or -1 (said). */
 int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *out, size_t cap);
 /* Its live tail's K-th flush: the trace's path with .flush-K before .jsonl. 0, or -1. */
 int record_flush_path(const char *trace_path, int k, char *out, size_t cap);

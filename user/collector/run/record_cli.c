@@ -13,13 +13,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "retention.h"
 #include "tracer_run.h"
 #include "util.h"
 
 static const char usage[] =
 	"USAGE\n"
 	"  evmbpf record --dir DIR [--tail N] [--match REGEX] [--cgroup PATH]\n"
-	"                [--max-memory SIZE] [--max-disk SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
+	"                [--max-memory SIZE] [--max-disk SIZE] [--max-dir-size SIZE]\n"
+	"                [--keep-free SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
 	"  evmbpf record --flush [--pid PID]\n"
 	"\n"
 	"A flight recorder for the whole node: every Python process (those running now, and\n"
@@ -30,8 +32,8 @@ static const char usage[] =
 	"SIGTERM or SIGINT; every target runs on. See docs/record.md.\n"
 	"\n"
 	"OPTIONS\n"
-	"      --dir DIR          where traces go: DIR/evmbpf-PID[-rankR].jsonl, a job's ranks\n"
-	"                         in DIR/job-ID/ (TORCHELASTIC_RUN_ID, else port-MASTER_PORT)\n"
+	"      --dir DIR          where traces go: DIR/evmbpf-PID[-rankR]@HOST.jsonl, a job's\n"
+	"                         ranks in DIR/job-ID/ (TORCHELASTIC_RUN_ID, else port-MASTER_PORT)\n"
 	"  -t, --tail N           events kept a process (default 5000)\n"
 	"      --match REGEX      only processes whose command line the Python regular\n"
 	"                         expression finds (re.search)\n"
@@ -40,6 +42,11 @@ static const char usage[] =
 	"                         process keeps its share, the oldest events go first\n"
 	"      --max-disk SIZE    the traces this recorder writes (default 4G; K, M, G): a\n"
 	"                         user's processes at most half of it\n"
+	"      --max-dir-size SIZE  the recorder's files in DIR, old and new (default 10% of\n"
+	"                         DIR's file system, at most 4G): the oldest removed first\n"
+	"      --keep-free SIZE   what DIR's file system keeps free once a trace is written\n"
+	"                         (default 15% of it, at most 4G; 0: not looked at): the\n"
+	"                         oldest files removed first; a trace with no room is not written\n"
 	"      --keep-all         write every process's tail at its end, whatever the end\n"
 	"      --numeric          tensor stats of CPU tensors (see evmbpf --help)\n"
 	"      --stop-on-nonfinite  a process whose module output holds a NaN or an Inf: its\n"
@@ -47,7 +54,7 @@ static const char usage[] =
 	"  -m, --modules REGEX    trace only modules whose path matches\n"
 	"      --ringbuf-mb N     each process's BPF ring buffer, MiB, a power of two (default 2)\n"
 	"      --flush            ask the running recorder to write the live tails now\n"
-	"                         (DIR/...evmbpf-PID.flush-K.jsonl): for a hang\n"
+	"                         (DIR/...evmbpf-PID@HOST.flush-K.jsonl): for a hang\n"
 	"  -p, --pid PID          with --flush: that process's alone\n"
 	"  -v, --verbose          say more (repeat for more)\n"
 	"  -h, --help             this text\n";
@@ -111,7 +118,8 @@ static int check_dir(const char *dir)
 	return check_dir_owner(dir);
 }
 
-enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_KEEP, OPT_FLUSH };
+enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_MAXDIR, OPT_KEEPFREE,
+       OPT_KEEP, OPT_FLUSH };
 
 int record_main(int argc, char **argv)
 {
@@ -126,6 +134,8 @@ int record_main(int argc, char **argv)
 		{ "cgroup", required_argument, NULL, OPT_CGROUP },
 		{ "max-memory", required_argument, NULL, OPT_MAXMEM },
 		{ "max-disk", required_argument, NULL, OPT_MAXDISK },
+		{ "max-dir-size", required_argument, NULL, OPT_MAXDIR },
+		{ "keep-free", required_argument, NULL, OPT_KEEPFREE },
 		{ "keep-all", no_argument, NULL, OPT_KEEP },
 		{ "flush", no_argument, NULL, OPT_FLUSH },
 		{ "pid", required_argument, NULL, 'p' },
@@ -138,6 +148,7 @@ int record_main(int argc, char **argv)
 	opts.record.max_memory = 512ull << 20;
 	opts.record.max_disk = 4ull << 30;
 	int flush = 0, c;
+	int64_t max_dir = -1, keep_free = -1;
 	long v;
 	pid_t pid = 0;
 	optind = 1;
@@ -161,6 +172,20 @@ int record_main(int argc, char **argv)
 			}
 			*(c == OPT_MAXMEM ? &opts.record.max_memory : &opts.record.max_disk) =
 				(uint64_t)size;
+			break;
+		}
+		case OPT_MAXDIR:
+		case OPT_KEEPFREE: {
+			/* --keep-free 0: the free space is not looked at */
+			int64_t size = c == OPT_KEEPFREE && !strcmp(optarg, "0") ? 0
+				: record_parse_size(optarg);
+			if (size < 0) {
+				warnx_("%s must be a size (a whole number of bytes, or with K, M or G), "
+				       "not '%s'", c == OPT_MAXDIR ? "--max-dir-size" : "--keep-free",
+				       optarg);
+				return 2;
+			}
+			*(c == OPT_MAXDIR ? &max_dir : &keep_free) = size;
 			break;
 		}
 		case OPT_KEEP: opts.record.keep_all = 1; break;
@@ -190,5 +215,6 @@ int record_main(int argc, char **argv)
 	}
 	if (check_dir(opts.record.dir))
 		return 1;
+	retention_set(max_dir, keep_free);
 	return tracer_run(&opts);
 }

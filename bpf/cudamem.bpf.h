@@ -15,6 +15,7 @@
 
 #include "state.bpf.h"
 #include "hold.bpf.h"
+#include "ldwatch.bpf.h"
 
 /* Per process (struct proc_state): cuda_stats, written by user space once the allocator
  * is found: DeviceStats address per device, cuda_ndev of them; cuda_alloc_off and
@@ -49,78 +50,6 @@ struct {
  * at RT_CONSISTENT (r_state 0) has mapped a dlopen's objects (appended to the r_map
  * list) and run none of their code yet; cuda_ld_seen: r_map entries already looked at. */
 
-#define LD_NAME_MAX 256
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, char[LD_NAME_MAX]);
-} ld_name SEC(".maps");
-
-struct ld_walk {
-	__u64 lm;    /* struct link_map: l_addr, l_name, l_ld, l_next */
-	__u32 n;
-	__u32 found;
-	__u32 seen;  /* the process's cuda_ld_seen */
-	__u32 pad;
-};
-
-struct ld_base {
-	__u32 len, base;
-};
-
-/* one character of the name: where its last component starts */
-static long ld_base_step(__u32 i, void *ctx)
-{
-	struct ld_base *lb = ctx;
-	__u32 zero = 0;
-	char *b = bpf_map_lookup_elem(&ld_name, &zero);
-	if (!b || i >= lb->len)
-		return 1;
-	__u32 j = i;
-	asm volatile("" : "+r"(j)); /* keep the mask for the verifier */
-	j &= LD_NAME_MAX - 1;
-	if (b[j] == '/')
-		lb->base = j + 1;
-	return 0;
-}
-
-/* Is this object's file name libc10_cuda.so*? */
-static __always_inline int ld_is_c10_cuda(__u64 name_ptr)
-{
-	__u32 zero = 0;
-	char *b = bpf_map_lookup_elem(&ld_name, &zero);
-	if (!b || !name_ptr)
-		return 0;
-	long len = bpf_probe_read_user_str(b, LD_NAME_MAX, (void *)name_ptr);
-	if (len <= 0)
-		return 0;
-	struct ld_base lb = { .len = (__u32)len };
-	bpf_loop(LD_NAME_MAX, ld_base_step, &lb, 0);
-	__u32 base = lb.base;
-	/* "libc10_cuda.so" as two little-endian words: "libc10_c", "uda.so" */
-	__u32 at = base;
-	asm volatile("" : "+r"(at)); /* the bound below is the one the verifier sees */
-	if (at > LD_NAME_MAX - 16)
-		return 0;
-	__u64 w0 = 0, w1 = 0;
-	__builtin_memcpy(&w0, b + at, 8);
-	__builtin_memcpy(&w1, b + at + 8, 8);
-	return w0 == 0x635f30316362696cull && (w1 & 0xffffffffffffull) == 0x6f732e616475ull;
-}
-
-static long ld_step(__u32 idx, void *ctx)
-{
-	struct ld_walk *w = ctx;
-	if (!w->lm)
-		return 1;
-	if (w->n >= w->seen && ld_is_c10_cuda(rd64(w->lm + 8)))
-		w->found = 1;
-	w->n++;
-	w->lm = rd64(w->lm + 24);
-	return 0;
-}
-
 static __always_inline int cudamem_mark(__u32 flags);
 
 /* _dl_debug_state(): when the objects this dlopen added include libc10_cuda.so, stop the
@@ -129,15 +58,10 @@ static __always_inline int cudamem_mark(__u32 flags);
 static __always_inline int cuda_dlopen_seen(void)
 {
 	struct proc_state *ps = ps_cur();
-	__u64 at = ps->cuda_ld_debug;
-	__s32 st = -1;
-	/* struct r_debug: r_version (int, padded), r_map, r_brk, r_state */
-	if (!at || bpf_probe_read_user(&st, sizeof(st), (void *)(at + 24)) || st != 0)
-		return 0;
-	struct ld_walk w = { .lm = rd64(at + 8), .seen = ps->cuda_ld_seen };
-	bpf_loop(4096, ld_step, &w, 0);
-	ps->cuda_ld_seen = w.n; /* a dlclose shortens the list: counted again from there */
-	if (w.found) /* held (hold.bpf.h) when it may be; a stop without its record is continued too */
+	__u32 seen = ps->cuda_ld_seen;
+	int found = ld_added(ps->cuda_ld_debug, &seen, LD_C10_CUDA);
+	ps->cuda_ld_seen = seen;
+	if (found) /* held (hold.bpf.h) when it may be; a stop without its record is continued too */
 		cudamem_mark(MEM_F_LOADED | (hold_thread() ? MEM_F_HELD : 0));
 	return 0;
 }

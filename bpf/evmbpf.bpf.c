@@ -321,6 +321,39 @@ int BPF_KPROBE(cuda_dlopen_probe)
 	return cuda_dlopen_seen();
 }
 
+/* the dynamic loader's _dl_debug_state(), until libc10.so is mapped (evmbpf record: the
+ * call probes are placed then; REC_TORCH_LOADED, its thread held when it may be) */
+SEC("uprobe")
+int BPF_KPROBE(torch_dlopen_probe)
+{
+	struct proc_state *ps = ps_enter();
+	if (!ps)
+		return 0;
+	__u32 seen = ps->torch_ld_seen;
+	int found = ld_added(ps->torch_ld_debug, &seen, LD_C10);
+	ps->torch_ld_seen = seen;
+	if (!found)
+		return 0;
+	ps->torch_ld_debug = 0; /* once */
+	ps->torch_loaded = 1;   /* user space looks here too: the record may be dropped */
+	__u32 flags = hold_thread() ? REC_F_PTRACE : 0;
+	struct rec_loaded *r = ps_reserve(ps, sizeof(*r));
+	if (!r) {
+		__sync_fetch_and_add(&ps->dropped_records, 1);
+		return 0;
+	}
+	__u64 id = bpf_get_current_pid_tgid();
+	r->hdr.kind = REC_TORCH_LOADED;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = id >> 32;
+	r->hdr.tid = (__u32)id;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->flags = flags;
+	r->pad = 0;
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
+
 /* c10::cuda::device_count_ensure_non_zero(): CUDA's lazy init, before the allocator's */
 SEC("uprobe")
 int BPF_KPROBE(cuda_init_probe)

@@ -45,6 +45,8 @@ enum rec_kind {
 			       * REC_ENTER of the thread (REC_F_BOUND) describes its args first */
 	REC_SAMPLES = 16,  /* the host's note_samples(contexts) is starting: its contexts */
 	REC_SAMPLES_HOST = 17, /* evalmetry.debug's module body has run: its globals */
+	REC_TORCH_LOADED = 25, /* evmbpf record: a dlopen mapped libc10.so (torch): the call
+				* probes go in now (REC_F_PTRACE: the thread is held for it) */
 };
 
 struct rec_hdr {
@@ -53,6 +55,13 @@ struct rec_hdr {
 	__u32 pid;   /* tgid, host namespace */
 	__u32 tid;
 	__u64 ts_ns; /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+};
+
+/* REC_TORCH_LOADED */
+struct rec_loaded {
+	struct rec_hdr hdr;
+	__u32 flags;  /* REC_F_PTRACE: the thread stops for user space */
+	__u32 pad;
 };
 
 struct rec_call {

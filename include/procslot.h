@@ -59,6 +59,12 @@ struct proc_state {
 	__u32 cuda_init_hold;
 	__u64 cuda_ld_debug;
 	__u32 cuda_ld_seen;
+	/* torch awaited (evmbpf record: no call probe until libc10.so is mapped;
+	 * ldwatch.bpf.h): torch_ld_debug is &_r_debug while it is, torch_ld_seen the r_map
+	 * entries looked at, torch_loaded set by the probe when it is mapped */
+	__u32 torch_ld_seen;
+	__u64 torch_ld_debug;
+	__u32 torch_loaded;
 	__u32 pad;
 };
 

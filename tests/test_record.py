@@ -1692,3 +1692,77 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
     assert len(mine) == 1, (files, rec.stderr()[-3000:])
     assert "the OOM killer's choice" in recorded_why(os.path.join(rec.dir, mine[0])), \
         rec.stderr()[-3000:]
+
+
+TORCH_LATE = """
+import runpy, sys
+print("no torch yet", flush=True)
+sys.stdin.readline()
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def code_byte(pid, exe, offset):
+    """The byte of the process's memory at this file offset of its executable (0xCC where
+    a uprobe is placed: the kernel writes its breakpoint into the process's page)."""
+    real = os.path.realpath(exe)
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) < 6 or os.path.realpath(parts[5]) != real:
+                continue
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            base = int(parts[2], 16)
+            if base <= offset < base + (end - start):
+                with open(f"/proc/{pid}/mem", "rb") as mem:
+                    mem.seek(start + offset - base)
+                    return mem.read(1)[0]
+    raise AssertionError(f"{offset:#x} of {exe} is not mapped in {pid}")
+
+
+def test_call_probes_wait_for_torch(evmbpf, refs, tmp_path):
+    """A Python the recorder takes has no probe on slot_tp_call (no trap at each __call__
+    of a Python class) until it maps torch: its first bytes there are the interpreter's
+    own while it runs without torch. At the dlopen that maps libc10.so its thread is held
+    while the call probes go in (said), so the module calls that follow are all traced:
+    it fails in its 4th forward, and its file equals the reference's --tail trace of the
+    same work. The ending process' parent (this test) sees no stop."""
+    wanted = wanted_folder(tmp_path, FAULT_MODEL)
+    flag = tmp_path / "go"
+    rec = Recorder(tmp_path / "traces", "--match", WANTED, "-v", pidfile=tmp_path / "pid")
+    proc = None
+    try:
+        proc = subprocess.Popen(
+            [HOST_PYTHON, "-c", TORCH_LATE, RUN_WORKLOAD, str(wanted / "fault_model.py"),
+             "--wait-for", str(flag)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
+        assert proc.stdout.readline() == "no torch yet\n"
+        rec.wait_for(rf"^evmbpf: {proc.pid}: no torch mapped yet", proc=proc)
+        line = next(l for l in rec.lines if "slot_tp_call at" in l)
+        m = re.search(r"interpreter (\S+), slot_tp_call at \S+ .*file offset (0x[0-9a-f]+)",
+                      line)
+        assert m, line
+        exe, offset = m.group(1), int(m.group(2), 16)
+        assert code_byte(proc.pid, exe, offset) != 0xCC
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        rec.wait_for(rf"^evmbpf: {proc.pid} mapped torch: its call probes are placed, its "
+                     r"thread held at the dlopen", proc=proc)
+        assert code_byte(proc.pid, exe, offset) == 0xCC
+        flag.touch()
+        proc.communicate(timeout=300)
+        assert proc.returncode == 1, rec.stderr()[-3000:]
+        files = first_files(rec.dir)
+        mine = [f for f in files if pid_of_file(f) == proc.pid]
+        assert len(mine) == 1, (files, rec.stderr()[-3000:])
+        time.sleep(1)
+        settled(os.path.join(rec.dir, mine[0]))
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    assert_equals_reference_tail(refs["raise-tail"], os.path.join(rec.dir, mine[0]))
+    assert recorded_why(os.path.join(rec.dir, mine[0])) == "exit status 1"

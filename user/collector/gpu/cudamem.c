@@ -31,6 +31,7 @@
 #include <bpf/bpf.h>
 
 #include "elfsym.h"
+#include "ldso.h"
 #include "procstate.h"
 #include "jsonw.h"
 #include "procmem.h"
@@ -64,46 +65,10 @@ int cudamem_read(pid_t pid, uint64_t addr, void *dst, size_t n)
 	return pm_read(&r, addr, dst, n);
 }
 
-/* The first mapping (at file offset 0) of a file whose name starts with `prefix`: its
- * path as the target names it, how evmbpf opens it, its first address. 1 found, 0 not,
- * -1 no maps. */
-int cudamem_find_mapping(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
-			uint64_t *start_out)
-{
-	char path[64], line[PATH_MAX + 128];
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	int found = 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long start, end, off, inode;
-		char perms[8], dev[16], file[PATH_MAX];
-		file[0] = 0;
-		if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %4095[^\n]", &start, &end, perms, &off, dev,
-			   &inode, file) < 6 || !file[0] || off != 0)
-			continue;
-		const char *base = strrchr(file, '/');
-		base = base ? base + 1 : file;
-		if (strncmp(base, prefix, strlen(prefix)))
-			continue;
-		snprintf(name, len, "%s", file);
-		struct stat st;
-		if ((size_t)snprintf(open_path, len, "/proc/%d/root%s", pid, file) >= len ||
-		    stat(open_path, &st) || st.st_ino != inode)
-			snprintf(open_path, len, "/proc/%d/map_files/%lx-%lx", pid, start, end);
-		*start_out = start;
-		found = 1;
-		break;
-	}
-	fclose(f);
-	return found;
-}
-
 /* libc10_cuda.so in the target's mappings: its path, how to open it, its load bias. */
 static int find_library(struct cudamem *c)
 {
-	int found = cudamem_find_mapping(c->pid, "libc10_cuda.so", c->lib_path, c->lib_open, sizeof(c->lib_open),
+	int found = maps_find_object(c->pid, "libc10_cuda.so", c->lib_path, c->lib_open, sizeof(c->lib_open),
 				 &c->lib_bias); /* bias adjusted by the ELF's lowest PT_LOAD below */
 	if (found <= 0)
 		return found;

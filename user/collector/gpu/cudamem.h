@@ -10,7 +10,7 @@
 #include "evmbpf.h"
 #include "util.h"
 
-struct bpf_link;
+struct probe;
 
 /* allocated_bytes / reserved_bytes [AGGREGATE] within DeviceStats (torch 2.x headers),
  * and DeviceStats within DeviceCachingAllocator (after its std::recursive_mutex; 8 bytes
@@ -51,15 +51,15 @@ struct cudamem {
 	int nset_device;
 	uint64_t get_device_off;     /* c10::cuda::GetDevice(DeviceIndex *), 0: none */
 	uint64_t init_off;           /* c10::cuda::device_count_ensure_non_zero(), 0: none */
-	struct bpf_link *links[12];  /* the probes above, placed once the library is mapped */
+	struct probe *links[12];  /* the probes above, placed once the library is mapped */
 	int nlinks;
-	struct bpf_link *reveal[2];  /* GetDevice's entry and return, while threads are unknown */
+	struct probe *reveal[2];  /* GetDevice's entry and return, while threads are unknown */
 	int nreveal;
 	int nunknown;                /* threads listed as unknown when the probes were placed */
 	uint64_t first_mem_ns;       /* CLOCK_MONOTONIC of the first REC_MEM: the reveal window */
 	uint64_t unknown_calls;      /* module calls of threads whose device was unknown */
 	int warned_unknown;
-	struct bpf_link *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
+	struct probe *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
 	int ld_tried;
 	int in_load_stop;
 	int load_stops;
@@ -90,10 +90,7 @@ int cudamem_take(struct cudamem *c, uint32_t tid, int64_t v[3]);
 void cudamem_json_values(struct buf *b, int valid, const int64_t v[3]);
 
 /* What the session's side (cudamem_session.c) shares with the counters': a read of the
- * target's memory, and a mapping of a file whose name starts with `prefix` at file
- * offset 0 (its name, how to open it, its start; 1 found, 0 not). */
+ * target's memory. */
 int cudamem_read(pid_t pid, uint64_t addr, void *dst, size_t n);
-int cudamem_find_mapping(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
-			 uint64_t *start_out);
 
 #endif

@@ -16,8 +16,10 @@
 
 #include <bpf/bpf.h>
 
+#include "closer.h"
 #include "cudamem.h"
 #include "elfsym.h"
+#include "ldso.h"
 #include "jsonw.h"
 #include "procmem.h"
 #include "procstate.h"
@@ -97,25 +99,16 @@ static void ld_hook(struct session *s)
 	struct cudamem *c = &s->cuda;
 	if (!session_may_hold(s))
 		return;
-	static char name[PATH_MAX], open_path[PATH_MAX];
-	uint64_t start = 0, v, r_debug, off;
-	if (cudamem_find_mapping(s->target.pid, "ld-linux", name, open_path, sizeof(open_path), &start) <= 0)
-		return;
-	struct elf_file *e = elf_file_open(open_path);
-	if (!e)
-		return;
-	uint64_t bias = start - elf_file_base_vaddr(e);
-	int ok = !elf_file_symbol(e, "_dl_debug_state", &v, NULL) && !elf_file_vaddr_to_offset(e, v, &off) &&
-		 !elf_file_symbol(e, "_r_debug", &r_debug, NULL);
-	elf_file_close(e);
-	if (!ok)
+	static char open_path[PATH_MAX];
+	uint64_t off, r_debug;
+	if (ldso_debug_find(s->target.pid, open_path, sizeof(open_path), &off, &r_debug))
 		return;
 	c->ld_link = attach_uprobe(s->skel->progs.cuda_dlopen_probe, 0, s->target.pid, open_path, off,
 				   "_dl_debug_state");
 	if (!c->ld_link)
 		return;
-	__atomic_store_n(&s->ps->cuda_ld_debug, bias + r_debug, __ATOMIC_RELEASE);
-	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", name);
+	__atomic_store_n(&s->ps->cuda_ld_debug, r_debug, __ATOMIC_RELEASE);
+	debugx("CUDA: %s's _dl_debug_state probed until libc10_cuda.so is mapped", open_path);
 }
 
 static void ld_unhook(struct session *s)
@@ -124,7 +117,7 @@ static void ld_unhook(struct session *s)
 	if (!c->ld_link)
 		return;
 	s->ps->cuda_ld_debug = 0;
-	bpf_link__destroy(c->ld_link);
+	closer_put(c->ld_link);
 	c->ld_link = NULL;
 }
 
@@ -133,7 +126,7 @@ static void place_probes(struct session *s)
 	struct cudamem *c = &s->cuda;
 	struct evmbpf_bpf *skel = s->skel;
 	for (int i = 0; i < c->nset_device && c->nlinks < (int)(sizeof(c->links) / sizeof(c->links[0])); i++) {
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_set_device_probe, 0, s->target.pid,
+		struct probe *l = attach_uprobe(skel->progs.cuda_set_device_probe, 0, s->target.pid,
 						   c->lib_open, c->set_device_off[i], "c10::cuda::SetDevice");
 		if (l)
 			c->links[c->nlinks++] = l;
@@ -141,7 +134,7 @@ static void place_probes(struct session *s)
 	if (c->init_off) {
 		/* CUDA's init between two module calls: the next one stops the target until the
 		 * devices are found (never a terminal's foreground job, nor under --numeric's ptrace) */
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_init_probe, 0, s->target.pid, c->lib_open,
+		struct probe *l = attach_uprobe(skel->progs.cuda_init_probe, 0, s->target.pid, c->lib_open,
 						   c->init_off, "c10::cuda::device_count_ensure_non_zero");
 		if (l) {
 			c->links[c->nlinks++] = l;
@@ -150,7 +143,7 @@ static void place_probes(struct session *s)
 		}
 	}
 	if (c->get_device_off) {
-		struct bpf_link *l = attach_uprobe(skel->progs.cuda_get_device_enter, 0, s->target.pid,
+		struct probe *l = attach_uprobe(skel->progs.cuda_get_device_enter, 0, s->target.pid,
 						   c->lib_open, c->get_device_off, "c10::cuda::GetDevice");
 		if (l)
 			c->reveal[c->nreveal++] = l;
@@ -199,7 +192,7 @@ static void cudamem_reveal_end(struct session *s)
 {
 	struct cudamem *c = &s->cuda;
 	for (int i = 0; i < c->nreveal; i++)
-		bpf_link__destroy(c->reveal[i]);
+		closer_put(c->reveal[i]);
 	c->nreveal = 0;
 }
 
@@ -210,7 +203,7 @@ void cudamem_session_detach(struct session *s)
 	cudamem_reveal_end(s);
 	ld_unhook(s);
 	for (int i = 0; i < c->nlinks; i++)
-		bpf_link__destroy(c->links[i]);
+		closer_put(c->links[i]);
 	c->nlinks = 0;
 }
 
@@ -231,7 +224,7 @@ void cudamem_session_step(struct session *s)
 		static char name[PATH_MAX], open_path[PATH_MAX];
 		uint64_t start;
 		c->ld_tried = 1;
-		if (!cudamem_find_mapping(s->target.pid, "libc10_cuda.so", name, open_path, sizeof(open_path), &start))
+		if (!maps_find_object(s->target.pid, "libc10_cuda.so", name, open_path, sizeof(open_path), &start))
 			ld_hook(s);
 	}
 	cudamem_scan(c, s->target.pid);

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "drivers.h"
 #include "follow.h"
 #include "follow.skel.h"
@@ -107,6 +108,7 @@ int run_job(const struct tracer_opts *opts)
 		/* the recorder runs for ever, its processes come and go: the next process of a
 		 * Python build finds that build's object loaded, verified once */
 		session_objects_keep(1);
+		closer_start(); /* an ended process's links close off the loop */
 		if (node_start(&j))
 			goto out;
 	} else if (opts->follow && follow_load(&j)) {
@@ -197,6 +199,7 @@ out:
 	for (int i = 0; i < j.n; i++)
 		proc_free(j.procs[i]);
 	free(j.kept);
+	closer_wait(); /* no probe is left when evmbpf exits */
 	session_objects_release();
 	close(j.ep);
 	return rc;

@@ -43,7 +43,7 @@ static void pending_drop(struct job *j, pid_t pid)
 	int i = pending_slot(j, pid, 0);
 	if (i < 0)
 		return;
-	bpf_link__destroy(j->pending[i].entry);
+	probe_close(j->pending[i].entry);
 	j->pending[i].entry = NULL;
 	j->pending[i].pid = 0;
 }

@@ -10,6 +10,7 @@
 #include "session.h"
 
 struct bpf_link;
+struct probe;
 struct follow_bpf;
 struct pyre;
 struct ring_buffer;
@@ -69,7 +70,7 @@ struct job {
 	struct bpf_link *flinks[4];
 	struct {
 		pid_t pid;
-		struct bpf_link *entry; /* its entry point's probe, between exec and entry (NULL:
+		struct probe *entry; /* its entry point's probe, between exec and entry (NULL:
 		                         * evmbpf record held it past that point, at its exec) */
 		int how;                /* how its exec stopped it (STOP_*) */
 		uid_t uid;              /* evmbpf record: its user, for the share of holds */

@@ -33,7 +33,7 @@ struct launch {
 	pid_t tid;        /* the thread stopped */
 	int seized;       /* the command is seized (hold.c): its stops are ptrace stops */
 	uint64_t dropped; /* stop records the ring had no room for, so far */
-	struct bpf_link *entry;
+	struct probe *entry;
 };
 
 static int on_stop(void *ctx, void *data, size_t size)
@@ -158,7 +158,7 @@ static int attach_entry_point(struct launch *l, pid_t child)
 		return -1;
 	}
 	elf_file_close(f);
-	bpf_link__destroy(l->entry);
+	probe_close(l->entry);
 	l->entry = attach_uprobe(l->skel->progs.follow_entry, 0, child, exe, off, "the entry point");
 	return l->entry ? 0 : -1;
 }
@@ -243,7 +243,7 @@ int run_launch(const struct tracer_opts *opts)
 				continue;
 			}
 		}
-		bpf_link__destroy(l.entry);
+		probe_close(l.entry);
 		l.entry = NULL;
 		if (target_is_python(child))
 			break;
@@ -311,7 +311,7 @@ int run_launch(const struct tracer_opts *opts)
 	rc = session_finish(&s) ? 1 : exit_code_of(s.exit_code);
 out:
 	hold_release_all(); /* the command runs on, or is gone */
-	bpf_link__destroy(l.entry);
+	probe_close(l.entry);
 	bpf_link__destroy(exec_link);
 	ring_buffer__free(l.rb);
 	follow_bpf__destroy(l.skel);

@@ -12,6 +12,7 @@
  * verifier; at most IDLE_MAX of them, the one idle longest freed first. */
 #include "session_state.h"
 #include "objects.h"
+#include "uprobes.h"
 #include "cupti_session.h"
 
 #include <errno.h>
@@ -176,6 +177,7 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 				  t->gen_type && t->lookup_special_kind == LOOKUP_IDENTIFIER);
 	bpf_program__set_autoload(skel->progs.marker_enter_stackref,
 				  t->gen_type && t->lookup_special_kind == LOOKUP_STACKREF);
+	uprobes_multi_on(skel->obj);
 	int err = evmbpf_bpf__load(skel);
 	if (err) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers, "
@@ -303,6 +305,16 @@ int session_slot_live(struct session *s)
 		return -1;
 	}
 	return 0;
+}
+
+void session_slot_hide(struct session *s)
+{
+	if (!s->ps || !s->skel)
+		return;
+	uint32_t tgid = (uint32_t)s->target.pid;
+	/* out of the map first, then the slot's tgid (ps_slot's per-CPU shortcut checks it) */
+	bpf_map_delete_elem(bpf_map__fd(s->skel->maps.proc_slot), &tgid);
+	__atomic_store_n(&s->ps->tgid, 0, __ATOMIC_RELEASE);
 }
 
 void session_objects_keep(int keep)

@@ -8,6 +8,9 @@
  * live: the programs see it; unload: the slot freed, the object with its last process */
 int session_slot_open(struct session *s);
 int session_slot_live(struct session *s);
+/* The programs no longer see the process (its probes may then go in any order); its
+ * slot and ring stay until session_unload. */
+void session_slot_hide(struct session *s);
 void session_unload(struct session *s);
 /* evmbpf record: an object outlives its last process (one a Python build, a few builds);
  * release: those with no process freed. */

@@ -8,13 +8,17 @@
 #include "uprobes.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/capability.h>
 #include <bpf/bpf.h>
 
 #include "bound.h"
+#include "hold.h"
+#include "ldso.h"
 #include "bound_watch.h"
+#include "closer.h"
 #include "hwwatch.h"
 #include "privileges.h"
 #include "samples_watch.h"
@@ -33,41 +37,13 @@ int evmbpf_libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	return vfprintf(stderr, fmt, args);
 }
 
-int session_load(struct session *s)
+/* The call probes: slot_tp_call's entry and return (every module call), PyErr_Display,
+ * and the phase markers' and documents' (samples_watch.c). 0, or -1 said. */
+static int place_calls(struct session *s)
 {
 	struct target *t = &s->target;
-	s->ring_fd = -1;
-	if (s->opts->trace.nrules && !t->runtime) {
-		warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
-		       "symbol to find them from; use the host's phase() markers", t->py_path);
-		return -1;
-	}
-	if (session_slot_open(s))
-		return -1;
 	struct evmbpf_bpf *skel = s->skel;
-	struct proc_state *ps = s->ps;
-	ps->cfg.none_obj = t->none_obj;
-	ps->cfg.bool_type = t->bool_type;
-	ps->cfg.float_type = t->float_type;
-	ps->cfg.object_type = t->object_type;
-	ps->cfg.tgid = t->pid;
-	ps->cfg.gen_type = t->gen_type;
-	ps->cfg.gen_frame_state = t->gen_frame_state;
-	ps->cfg.gen_iframe = t->gen_iframe;
-	ps->cfg.gen_state_created = t->gen_state_created;
-	ps->cfg.rules = s->opts->trace.nrules > 0;
-	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
-	ps->cfg.runtime = t->runtime;
-	ps->hold_next = session_may_hold(s);
-	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
-	ps->bound_hold = ps->hold_next;
-	/* a bound call's return is seen by hardware watchpoints alone: where they do not
-	 * fire, an entry would have no exit, so none is followed (hwwatch.c says so once) */
-	ps->bound_off = !hw_watch_works() || bound_jit(t);
-	/* live before the first probe: a call seen entering is a call of this process */
-	if (session_slot_live(s))
-		return -1;
-	struct bpf_link *l;
+	struct probe *l;
 	l = attach_uprobe(skel->progs.call_enter, 0, t->pid, t->py_open, t->slot_tp_call_off,
 			  "slot_tp_call");
 	if (!l)
@@ -90,12 +66,115 @@ int session_load(struct session *s)
 	return 0;
 }
 
+/* evmbpf record: a Python that has not mapped torch yet gets no call probe (every
+ * __call__ of a Python class would trap, in every Python of the node: +2 us a call);
+ * the dynamic loader's _dl_debug_state() is probed instead, and the dlopen that maps
+ * libc10.so holds its thread (before any of torch's code runs, so before any module
+ * call) while the call probes go in (session_torch_loaded). Only where the thread may be
+ * held: elsewhere the call probes go in now. EVMBPF_NO_DEFER=1 places them now too (to
+ * measure what the wait saves). 1: deferred; 0: place them now. */
+static int defer_calls(struct session *s)
+{
+	struct target *t = &s->target;
+	static char open_path[PATH_MAX];
+	char name[PATH_MAX];
+	uint64_t off, r_debug, start;
+	const char *no = getenv("EVMBPF_NO_DEFER");
+	if (s->opts->mode != TRACE_NODE || !session_may_hold(s) || (no && *no == '1'))
+		return 0;
+	if (maps_find_object(t->pid, "libc10.so", name, open_path, sizeof(open_path), &start) != 0)
+		return 0; /* torch is there already (or the maps cannot be read) */
+	if (ldso_debug_find(t->pid, open_path, sizeof(open_path), &off, &r_debug))
+		return 0;
+	__atomic_store_n(&s->ps->torch_ld_debug, r_debug, __ATOMIC_RELEASE);
+	s->torch_link = attach_uprobe(s->skel->progs.torch_dlopen_probe, 0, t->pid, open_path, off,
+				      "_dl_debug_state");
+	if (!s->torch_link) {
+		s->ps->torch_ld_debug = 0;
+		return 0;
+	}
+	/* mapped between the look above and the probe: placed now */
+	if (maps_find_object(t->pid, "libc10.so", name, open_path, sizeof(open_path), &start) == 1) {
+		s->ps->torch_ld_debug = 0;
+		probe_close(s->torch_link);
+		s->torch_link = NULL;
+		return 0;
+	}
+	debugx("%d: no torch mapped yet: its call probes wait for libc10.so", t->pid);
+	return 1;
+}
+
+int session_torch_loaded(struct session *s, const struct rec_loaded *r)
+{
+	int held = r && (r->flags & REC_F_PTRACE) && !hold_wait((pid_t)r->hdr.tid);
+	int rc = 0;
+	if (s->torch_link) {
+		s->ps->torch_ld_debug = 0;
+		closer_put(s->torch_link);
+		s->torch_link = NULL;
+		rc = place_calls(s);
+		if (rc)
+			warnx_("%d mapped torch, and its call probes could not be placed: it is not "
+			       "traced", s->target.pid);
+		else
+			debugx("%d mapped torch: its call probes are placed%s", s->target.pid,
+			       held ? ", its thread held at the dlopen" : r ? "" : " (its record was lost)");
+	}
+	if (held)
+		hold_continue_thread((pid_t)r->hdr.tid);
+	return rc;
+}
+
+int session_load(struct session *s)
+{
+	struct target *t = &s->target;
+	s->ring_fd = -1;
+	if (s->opts->trace.nrules && !t->runtime) {
+		warnx_("--phase rules need the running thread's frames, and %s has no _PyRuntime "
+		       "symbol to find them from; use the host's phase() markers", t->py_path);
+		return -1;
+	}
+	if (session_slot_open(s))
+		return -1;
+	struct proc_state *ps = s->ps;
+	ps->cfg.none_obj = t->none_obj;
+	ps->cfg.bool_type = t->bool_type;
+	ps->cfg.float_type = t->float_type;
+	ps->cfg.object_type = t->object_type;
+	ps->cfg.tgid = t->pid;
+	ps->cfg.gen_type = t->gen_type;
+	ps->cfg.gen_frame_state = t->gen_frame_state;
+	ps->cfg.gen_iframe = t->gen_iframe;
+	ps->cfg.gen_state_created = t->gen_state_created;
+	ps->cfg.rules = s->opts->trace.nrules > 0;
+	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
+	ps->cfg.runtime = t->runtime;
+	ps->hold_next = session_may_hold(s);
+	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
+	ps->bound_hold = ps->hold_next;
+	/* a bound call's return is seen by hardware watchpoints alone: where they do not
+	 * fire, an entry would have no exit, so none is followed (hwwatch.c says so once) */
+	ps->bound_off = !hw_watch_works() || bound_jit(t);
+	/* live before the first probe: a call seen entering is a call of this process */
+	if (session_slot_live(s))
+		return -1;
+	if (defer_calls(s))
+		return 0;
+	return place_calls(s);
+}
+
 /* In the order they were attached: the entry probe goes first, so that no call is seen
  * to enter whose return can no longer be seen (its frame is `unwound` at the end). */
 void session_detach(struct session *s)
 {
+	/* evmbpf record: the programs stop seeing the process first, so the links may close
+	 * in any order, off the loop (closer.c) */
+	if (closer_on())
+		session_slot_hide(s);
+	closer_put(s->torch_link);
+	s->torch_link = NULL;
 	for (int i = 0; i < s->nlinks; i++)
-		bpf_link__destroy(s->links[i]);
+		closer_put(s->links[i]);
 	s->nlinks = 0;
 	cudamem_session_detach(s);
 	bound_detach(s->target.pid); /* after the entry probe that finds bound calls */
@@ -114,12 +193,18 @@ int session_load_floor(struct session *s)
 		       (unsigned long long)s->opts->probe_floor_at, t->py_path, t->pid);
 		return -1;
 	}
-	s->floor = floor_bpf__open_and_load();
+	s->floor = floor_bpf__open();
+	if (s->floor)
+		uprobes_multi_on(s->floor->obj); /* the probes as the tracer's are */
+	if (s->floor && floor_bpf__load(s->floor)) {
+		floor_bpf__destroy(s->floor);
+		s->floor = NULL;
+	}
 	if (!s->floor) {
 		warnx_("cannot load the BPF programs: %s", strerror(errno));
 		return -1;
 	}
-	struct bpf_link *l;
+	struct probe *l;
 	l = attach_uprobe(s->floor->progs.floor_enter, 0, t->pid, t->py_open, at,
 			  s->opts->probe_floor == FLOOR_AT ? "--probe-floor=at:" : "slot_tp_call");
 	if (!l)

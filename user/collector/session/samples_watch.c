@@ -12,6 +12,7 @@
  * first; where it cannot be held, or the module body cannot be watched, the probe is
  * placed at the attach as before (docs/design.md, "Where a module call's time goes"). */
 #include "samples_watch.h"
+#include "closer.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -30,7 +31,7 @@
 #define WATCH_MAX 1024
 
 struct samples_watch {
-	struct bpf_link *exec[2];      /* PyEval_EvalCode entry and return */
+	struct probe *exec[2];      /* PyEval_EvalCode entry and return */
 	struct bpf_link *watch[WATCH_MAX]; /* one per thread armed at the start */
 	int nwatch;
 	uint64_t code;                 /* note_samples' code object */
@@ -51,7 +52,7 @@ static void session_attach_markers(struct session *s)
 		t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
 		: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
 							      : skel->progs.marker_enter;
-	struct bpf_link *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
+	struct probe *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
 					   t->lookup_special_kind == LOOKUP_STACKREF
 						   ? "_PyObject_LookupSpecialMethod"
 						   : "_PyObject_LookupSpecial");
@@ -205,8 +206,7 @@ void samples_detach(struct session *s)
 	if (!w)
 		return;
 	for (int i = 0; i < 2; i++)
-		if (w->exec[i])
-			bpf_link__destroy(w->exec[i]);
+		closer_put(w->exec[i]);
 	for (int i = 0; i < w->nwatch; i++)
 		bpf_link__destroy(w->watch[i]); /* closes the event: its inherited copies go too */
 	free(w);

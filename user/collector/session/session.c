@@ -59,6 +59,10 @@ int session_record(void *ctx, void *data, size_t size)
 		}
 		return 0;
 	}
+	if (h->kind == REC_TORCH_LOADED && size >= sizeof(struct rec_loaded)) {
+		session_torch_loaded(s, data);
+		return 0;
+	}
 	if (h->kind == REC_BOUND_SITE && size >= sizeof(struct rec_bound_site)) {
 		bound_site(s, data);
 		return 0;
@@ -213,6 +217,8 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
 	if (n >= 0 && s->rb) /* records that asked for no wakeup */
 		n = ring_buffer__consume(s->rb);
+	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
+		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
 	if (hold_active(s->target.pid) && !s->trace.nonfinite) {
 		/* stops to pass on; then the ring drained again: a thread held has written its

@@ -35,8 +35,10 @@ struct session {
 	uint64_t dropped_reported; /* drops already written to the trace */
 	struct ring_buffer *rb;
 #define SESSION_LINKS 16
-	struct bpf_link *links[SESSION_LINKS];
+	struct probe *links[SESSION_LINKS];
 	int nlinks;
+	struct probe *torch_link; /* evmbpf record: _dl_debug_state's probe while the call
+	                              * probes wait for torch (probes.c), or NULL */
 	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
 	int ended;        /* the target's last thread exited */
 	int discard;      /* evmbpf record: its end needs no trace; session_finish writes none */

@@ -3,26 +3,127 @@
 #include "uprobes.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/bpf.h>
 #include <linux/capability.h>
+#include <bpf/bpf.h>
 
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
 
-struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
-				      const char *path, uint64_t off, const char *what)
+struct probe {
+	struct bpf_link *link; /* a perf event's (libbpf's), or NULL */
+	int fd;                /* a uprobe_multi link's, or -1 */
+};
+
+/* The kernel's uprobe_multi link (Linux 6.6; include/uapi/linux/bpf.h): libbpf makes one
+ * from 1.3 on (bpf_program__attach_uprobe_multi), Debian bookworm's is 1.1, and its
+ * headers (Linux 6.1) have neither the attach type nor the attribute, so both are
+ * spelled here as the kernel has them. */
+#define UPROBE_MULTI_ATTACH 48 /* BPF_TRACE_UPROBE_MULTI */
+#define UPROBE_MULTI_RETURN 1u /* BPF_F_UPROBE_MULTI_RETURN */
+struct link_create_uprobe_multi {
+	uint32_t prog_fd, target_fd, attach_type, flags;
+	uint64_t path, offsets, ref_ctr_offsets, cookies;
+	uint32_t cnt, multi_flags, pid;
+	uint8_t rest[64]; /* the rest of union bpf_attr's link_create, zero */
+};
+
+static int uprobe_multi_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid)
 {
-	LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
-	struct bpf_link *l = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
+	uint64_t offs[1] = { off };
+	struct link_create_uprobe_multi a;
+	memset(&a, 0, sizeof(a));
+	a.prog_fd = (uint32_t)prog_fd;
+	a.attach_type = UPROBE_MULTI_ATTACH;
+	a.path = (uint64_t)(uintptr_t)path;
+	a.offsets = (uint64_t)(uintptr_t)offs;
+	a.cnt = 1;
+	a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
+	a.pid = pid > 0 ? (uint32_t)pid : 0;
+	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
+}
+
+struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
+			    const char *path, uint64_t off, const char *what)
+{
+	struct probe *p = xcalloc(1, sizeof(*p));
+	p->fd = -1;
+	if (bpf_program__expected_attach_type(prog) == (enum bpf_attach_type)UPROBE_MULTI_ATTACH) {
+		p->fd = uprobe_multi_link(bpf_program__fd(prog), path, off, ret, pid);
+	} else {
+		LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
+		p->link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
+	}
 	int err = errno;
-	if (!l && process_gone(pid))
+	if (p->link || p->fd >= 0)
+		return p;
+	free(p);
+	if (process_gone(pid))
 		warnx_("process %d exited while evmbpf was attaching; nothing traced", pid);
-	else if (!l && (err == EACCES || err == EPERM) && !has_cap(CAP_SYS_ADMIN))
+	else if ((err == EACCES || err == EPERM) && !has_cap(CAP_SYS_ADMIN))
 		warnx_("cannot attach a uprobe to %s: %s; this kernel allows uprobes only with "
 		       "CAP_SYS_ADMIN (CAP_PERFMON is not enough here): add it, or run evmbpf as root",
 		       what, strerror(err));
-	else if (!l)
+	else
 		warnx_("cannot attach a uprobe to %s in %s: %s", what, path, strerror(err));
-	return l;
+	return NULL;
+}
+
+void probe_close(struct probe *p)
+{
+	if (!p)
+		return;
+	if (p->link)
+		bpf_link__destroy(p->link);
+	if (p->fd >= 0)
+		close(p->fd);
+	free(p);
+}
+
+/* Does the kernel make uprobe_multi links? As libbpf asks: a program of that attach type
+ * loads, and a link for a path that is a folder fails with EBADF, not EINVAL. */
+static int have_uprobe_multi(void)
+{
+	static int have = -1;
+	if (have >= 0)
+		return have;
+	const char *no = getenv("EVMBPF_NO_UPROBE_MULTI");
+	have = 0;
+	if (no && *no == '1')
+		return have;
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, po,
+		    .expected_attach_type = (enum bpf_attach_type)UPROBE_MULTI_ATTACH);
+	int prog = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, 2, &po);
+	if (prog < 0)
+		return have;
+	int link = uprobe_multi_link(prog, "/", 0, 0, 0);
+	int err = errno;
+	if (link >= 0)
+		close(link);
+	close(prog);
+	have = link < 0 && err == EBADF;
+	debugx("uprobe_multi links: %s", have ? "yes" : "no, perf event uprobes");
+	return have;
+}
+
+void uprobes_multi_on(struct bpf_object *obj)
+{
+	if (!have_uprobe_multi())
+		return;
+	struct bpf_program *p;
+	bpf_object__for_each_program(p, obj) {
+		const char *sec = bpf_program__section_name(p);
+		if (!strcmp(sec, "uprobe") || !strcmp(sec, "uretprobe"))
+			bpf_program__set_expected_attach_type(
+				p, (enum bpf_attach_type)UPROBE_MULTI_ATTACH);
+	}
 }

@@ -6,9 +6,24 @@
 #include <sys/types.h>
 #include <bpf/libbpf.h>
 
+/* A placed uprobe: a uprobe_multi link of its own, or a perf event's link. */
+struct probe;
+
 /* A uprobe (ret: a uretprobe) on prog at off in path, for process pid (-1: any); NULL
  * when it cannot be, said on stderr with what it was for (`what`). */
-struct bpf_link *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
-			       uint64_t off, const char *what);
+struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
+			    uint64_t off, const char *what);
+/* Take the probe away (NULL: nothing), and free it. */
+void probe_close(struct probe *p);
+
+/* Before the object is loaded: its uprobe and uretprobe programs made uprobe_multi
+ * programs where the kernel has such links (6.6 and later), so that each probe is a link
+ * of its own rather than a perf event. A perf uprobe's close waits for RCU grace periods
+ * (synchronize_rcu_tasks_trace, the uretprobes' SRCU) holding the kernel's event_mutex,
+ * so every such close on the node waits for the one before it (about 0.1 s each on a busy
+ * 2-CPU machine); a uprobe_multi link's close waits without it, and many closes share
+ * their grace periods (closer.c closes them at once). EVMBPF_NO_UPROBE_MULTI=1 keeps
+ * perf events (to measure the difference). */
+void uprobes_multi_on(struct bpf_object *obj);
 
 #endif

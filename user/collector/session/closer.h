@@ -1,0 +1,20 @@
+/* Links closed off the loop (closer.c). A uprobe's link, closed, waits for RCU grace
+ * periods in the kernel (synchronize_rcu_tasks_trace, the uretprobes' SRCU): about 1 s a
+ * process's links on a busy 2-CPU machine, one close after the other. evmbpf record
+ * hands them to threads of their own, which close many at once (their grace periods
+ * overlap), so that the loop takes new processes and SIGTERM while they close. */
+#ifndef EVMBPF_CLOSER_H
+#define EVMBPF_CLOSER_H
+
+struct probe;
+
+/* From now on closer_put closes off the caller's thread (evmbpf record). */
+void closer_start(void);
+/* Whether closer_start was called. */
+int closer_on(void);
+/* Take the probe away (NULL: nothing): now, or by a closer thread once closer_start. */
+void closer_put(struct probe *p);
+/* Until every link put so far is closed (before evmbpf exits: no probe is left). */
+void closer_wait(void);
+
+#endif

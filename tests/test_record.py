@@ -1766,3 +1766,98 @@ def test_call_probes_wait_for_torch(evmbpf, refs, tmp_path):
     assert rc == 0, rec.stderr()
     assert_equals_reference_tail(refs["raise-tail"], os.path.join(rec.dir, mine[0]))
     assert recorded_why(os.path.join(rec.dir, mine[0])) == "exit status 1"
+
+
+def test_killed_in_a_hang_begun_before_the_recorder(evmbpf, tmp_path):
+    """A process hung inside layers.1 of its first forward before the recorder started
+    (attached mid-hang: no module call returns, its tail stays empty), then SIGKILLed:
+    its file is there, and its closing mark names the modules it hung in (the thread dump
+    taken at the attach, as evmbpf dump --json has it); summarize DIR shows them."""
+    wanted = wanted_folder(tmp_path, RECORD_ANY)
+    flag = str(tmp_path / "hung")
+    proc = workload(str(wanted / "record_any.py"), env=clean_env(
+        RECORD_HANG_AT=0, RECORD_FLAG=flag, RECORD_PAUSE=300))
+    try:
+        wait_for_path(flag, 180, proc)
+        rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
+        try:
+            rec.wait_attached(proc.pid, proc)
+            proc.kill()
+            proc.wait()
+            rec.wait_for(rf"^{proc.pid}: trace in .* \(killed by signal 9\)$")
+            mine = [f for f in files_of(rec.dir) if pid_of_file(f) == proc.pid]
+            assert len(mine) == 1, (files_of(rec.dir), rec.stderr())
+            path = os.path.join(rec.dir, mine[0])
+            settled(path)
+        finally:
+            rc = rec.stop()
+        assert rc == 0, rec.stderr()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    events = load(path)
+    assert [e["event"] for e in events if e["event"] != "header"] == ["error"], events
+    assert events[-1]["exc_type"] == "SIGKILL"
+    mark = load(path, marks=True)[-1]
+    assert mark["event"] == "recorded" and mark["why"] == "killed by signal 9", mark
+    hung = [[m["module"] for m in t["modules"]] for t in mark["threads"]["threads"]]
+    assert ["<root>", "layers.1"] in hung, hung
+    summary = subprocess.run([EVMBPF, "summarize", rec.dir], capture_output=True, text=True)
+    assert summary.returncode == 0, summary.stderr
+    assert re.search(rf"^open: +{proc.pid}: <root> \(\w+\) > layers\.1 \(Wait\) ",
+                     summary.stdout, re.M), summary.stdout
+
+
+@pytest.mark.parametrize("begun", ["traced", "before the recorder"])
+def test_hang_after(evmbpf, refs, tmp_path, begun):
+    """--hang-after 2: a thread inside layers.1 (a hang in forward HANG_AT, or begun
+    before the recorder started and so attached mid-hang) with no module event for 2 s has
+    its process's live tail written once, by itself, DIR/evmbpf-PID@HOST.flush-1.jsonl,
+    and said; its mark's why names the thread and the module, its threads the modules they
+    hang in; traced from the start, the tail is the reference's trace up to the hang with
+    the open frames unwound. Resumed, the process ends well and leaves no other file."""
+    wanted = wanted_folder(tmp_path, RECORD_ANY)
+    flag, resume = str(tmp_path / "hung"), str(tmp_path / "resume")
+    hang_at = HANG_AT if begun == "traced" else 0
+    env = clean_env(RECORD_HANG_AT=hang_at, RECORD_FLAG=flag, RECORD_RESUME=resume,
+                    RECORD_PAUSE=300)
+    rec = proc = None
+    try:
+        if begun != "traced":
+            proc = workload(str(wanted / "record_any.py"), env=env)
+            wait_for_path(flag, 180, proc)
+        rec = Recorder(tmp_path / "traces", "--match", WANTED, "--hang-after", "2",
+                       pidfile=tmp_path / "pid")
+        if proc is None:
+            proc = workload(str(wanted / "record_any.py"), env=env)
+        rec.wait_for(rf"^{proc.pid}: hang: .* live tail in ", timeout=180, proc=proc)
+        path = os.path.join(rec.dir, f"evmbpf-{proc.pid}@{HOST}.flush-1.jsonl")
+        settled(path)
+        assert proc.poll() is None and proc_state(proc.pid) not in ("T", "t", "Z")
+        time.sleep(3)  # once: not again while it stays hung
+        assert rec.count(rf"^{proc.pid}: hang: ") == 1, rec.stderr()
+        open(resume, "w").close()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        time.sleep(1)
+        files = {f for f in files_of(rec.dir) if pid_of_file(f) == proc.pid}
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        rc = rec.stop() if rec else 0
+    assert rc == 0, rec.stderr()
+    assert files == {os.path.basename(path)}, files
+    why = recorded_why(path)
+    mark = load(path, marks=True)[-1]
+    hung = [[m["module"] for m in t["modules"]] for t in mark["threads"]["threads"]]
+    assert ["<root>", "layers.1"] in hung, hung
+    if begun == "traced":
+        assert re.fullmatch(rf"hang: thread {proc.pid} in layers\.1 for \d+\.\d s with no "
+                            r"module event \(--hang-after\); the process runs on", why), why
+        prefix = cut_before_end(load(refs["any"]), "layers.1", HANG_AT + 1)
+        assert_tail(tail_of(prefix, unwound(open_frames(prefix), "session ended")), path)
+    else:
+        assert re.fullmatch(r"hang: modules running since the attach, \d+\.\d s ago, none "
+                            r"returned \(--hang-after\); the process runs on", why), why

@@ -62,6 +62,8 @@ struct node_trace {
 	char command[512];         /* the recorder's closing mark: the process's command line */
 	char why[160];             /* the recorder's closing mark: why it wrote the file
 	                            * ("exit status 3", "killed by signal 9"), or "" */
+	char open[512];            /* the recorder's closing mark: the modules its threads
+	                            * were in (its thread dump), or "" */
 	int cut;                   /* lines refused, or the last one cut off */
 	int bad;                   /* could not be read */
 };
@@ -348,6 +350,7 @@ static void read_end(struct node_trace *t)
 	rd_ev_clear(&ev);
 	t->events = tr.events;
 	snprintf(t->why, sizeof(t->why), "%s", tr.recorded_why);
+	snprintf(t->open, sizeof(t->open), "%s", tr.recorded_open);
 	snprintf(t->command, sizeof(t->command), "%s", tr.recorded_command);
 	if (tr.recorded_host[0])
 		snprintf(t->host, sizeof(t->host), "%s", tr.recorded_host);
@@ -647,6 +650,9 @@ static int print_section(const struct node_trace *t, size_t k, size_t died, long
 	buf_line(&b, out);
 	if (t->failed && t->why[0])
 		fprintf(out, "end:    %s (the recorder's mark)\n", t->why);
+	if (t->open[0])
+		fprintf(out, "open:   %s (thread: modules, outermost first; the recorder's thread "
+			"dump)\n", t->open);
 	fputc('\n', out);
 	fflush(out); /* the summary's diagnostics come after the lines above */
 	if ((in = rd_open_trace_nofollow(t->path))) {

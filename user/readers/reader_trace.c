@@ -303,6 +303,34 @@ cJSON *rd_ev_take_member(struct rd_event *e, const char *key)
 	return m < 0 ? NULL : rd_json_value(&e->t->json, e->line, m);
 }
 
+/* The mark's thread dump: each thread's modules, outermost first, into recorded_open. */
+static void recorded_open(struct rd_trace *t, const cJSON *dump)
+{
+	const cJSON *threads = pyv_kind(dump) == PYV_DICT ? pyv_get(dump, "threads") : NULL;
+	size_t at = 0, cap = sizeof(t->recorded_open);
+	t->recorded_open[0] = 0;
+	for (const cJSON *th = pyv_kind(threads) == PYV_LIST ? threads->child : NULL;
+	     th && at < cap - 1; th = th->next) {
+		const cJSON *mods = pyv_kind(th) == PYV_DICT ? pyv_get(th, "modules") : NULL;
+		const cJSON *tid = pyv_kind(th) == PYV_DICT ? pyv_get(th, "tid") : NULL;
+		if (pyv_kind(mods) != PYV_LIST || !mods->child)
+			continue;
+		at += (size_t)snprintf(t->recorded_open + at, cap - at, "%s%lld:", at ? "; " : "",
+				       cJSON_IsNumber(tid) ? (long long)tid->valuedouble : -1LL);
+		for (const cJSON *m = mods->child; m && at < cap - 1; m = m->next) {
+			const cJSON *name = pyv_kind(m) == PYV_DICT ? pyv_get(m, "module") : NULL;
+			const cJSON *type = pyv_kind(m) == PYV_DICT ? pyv_get(m, "type") : NULL;
+			at += (size_t)snprintf(t->recorded_open + at, cap - at, "%s%s (%s)",
+					       m == mods->child ? " " : " > ",
+					       pyv_kind(name) == PYV_STR ? name->valuestring : "?",
+					       pyv_kind(type) == PYV_STR ? type->valuestring : "?");
+		}
+	}
+	for (char *c = t->recorded_open; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
+}
+
 /* evmbpf's marks that documents in flight were not observable: the header's
  * tracer.watch.note_samples, or the closing `unobservable` line naming note_samples (a
  * --tail trace may have lost its header); and evmbpf record's closing `recorded` line
@@ -335,6 +363,7 @@ static int note_unobservable(struct rd_trace *t, struct rd_event *ev)
 			if (pyv_kind(a) == PYV_STR)
 				at += (size_t)snprintf(t->recorded_command + at, cap - at, "%s%s",
 						       at ? " " : "", a->valuestring);
+		recorded_open(t, rd_ev_get(ev, "threads"));
 		const cJSON *host = pyv_kind(who) == PYV_DICT ? pyv_get(who, "host") : NULL;
 		t->recorded_host[0] = 0;
 		if (pyv_kind(host) == PYV_STR) {

@@ -113,6 +113,11 @@ struct rd_trace {
 	/* ... and the node it ran on (its "host": at most 64 bytes kept, a control character
 	 * made '?'), "" when the mark has none */
 	char recorded_host[65];
+	/* ... and the modules its threads were in, from the mark's thread dump ("threads":
+	 * a flush, or a process that died in modules running since the recorder attached):
+	 * "TID: <root> (Model) > layers.1 (Wait); ..." (cut to fit, a control character made
+	 * '?'), "" when the mark has none */
+	char recorded_open[512];
 };
 
 void rd_trace_init(struct rd_trace *t, FILE *f, const char *path);

@@ -22,8 +22,10 @@
 
 void proc_free(struct proc *p)
 {
-	if (p)
+	if (p) {
 		free(p->who);
+		free(p->hung);
+	}
 	free(p);
 }
 
@@ -140,6 +142,13 @@ void proc_end(struct proc *p)
 		return;
 	p->live = 0;
 	int called = p->s.trace.call_id > 0;
+	if (!called && p->hung && p->s.ps && p->s.ps->orphans_pending) {
+		/* attached while modules ran, and none of them has returned (a hang begun
+		 * before the recorder): its file is the mark, with what they were */
+		called = 1;
+		trace_set_recorded_threads(&p->s.trace, p->hung);
+		p->hung = NULL;
+	}
 	char how[160] = "";
 	if (p->opts.trace.recorded) {
 		/* evmbpf record: a trace only for an end that needs one */

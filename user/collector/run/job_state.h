@@ -44,6 +44,10 @@ struct proc {
 	uid_t uid;                 /* evmbpf record: its user (real uid), for the shares */
 	size_t share;              /* evmbpf record: its share of --max-memory */
 	char *who;                 /* evmbpf record: whose it is, read at its attach */
+	char *hung;                /* evmbpf record: attached while modules ran, what each
+	                            * thread ran then (a thread dump, JSON), or NULL */
+	uint64_t attached_ns;      /* ... when (CLOCK_MONOTONIC) */
+	int hung_said;             /* ... and --hang-after has written its tail for it */
 };
 
 /* evmbpf record: a trace a full disk kept, as its file's bytes (its process gone) */

@@ -102,6 +102,64 @@ static void node_looks(struct job *j)
 	}
 }
 
+/* What each thread of the process runs now, as `evmbpf dump --json` has it (read while
+ * it runs on, as dump does where it may not stop the process: until two reads agree),
+ * into out without its newline; 0, or -1 (not read: out left empty). */
+static int threads_now(struct session *s, struct buf *out)
+{
+	struct dump_snapshot snap = {0};
+	struct dump_result res = { .how = "running" };
+	uint64_t t0 = mono_ns();
+	int unread = dump_read_running(&s->target, &snap, &res.reads, &res.consistent);
+	res.read_ms = (double)(mono_ns() - t0) / 1e6;
+	if (!unread) {
+		dump_json(&s->target, &snap, &res, out);
+		while (out->len && out->data[out->len - 1] == '\n')
+			out->data[--out->len] = 0;
+	}
+	dump_snapshot_free(&snap);
+	return unread ? -1 : 0;
+}
+
+/* Attached while modules ran (a hang begun before the recorder): what each thread ran,
+ * kept for the file of a death before any of them returns (proc_end). */
+static void node_running_at_attach(struct proc *p)
+{
+	struct buf threads = {0};
+	if (!p->s.ps || !p->s.ps->orphans_pending || threads_now(&p->s, &threads))
+		return;
+	free(p->hung);
+	p->hung = threads.data; /* the proc takes it */
+	p->attached_ns = mono_ns();
+}
+
+/* The live tail of p written now, the mark's why `why` (NULL: a flush's): its path in
+ * path; 0 written, 1 nothing to write (no event, no thread dump: said with -v), -1 not
+ * (no room: said). */
+static int flush_one(struct job *j, struct proc *p, const char *why, char *path, size_t cap)
+{
+	pid_t pid = p->s.target.pid;
+	if (record_flush_path(p->out, p->flushes + 1, path, cap))
+		return -1;
+	session_step(&p->s, 0, 0); /* what the ring buffer holds first */
+	struct buf threads = {0};
+	threads_now(&p->s, &threads);
+	/* its room made first, when there is a file to write (said when there is none) */
+	if ((p->s.trace.events || threads.data) &&
+	    retention_room(j->opts->record.dir, pid, "live tail", path,
+			   trace_tail_bytes(&p->s.trace) + threads.len, 0)) {
+		buf_free(&threads);
+		return -1;
+	}
+	int rc = trace_snapshot(&p->s.trace, path, threads.data, why);
+	buf_free(&threads);
+	if (!rc)
+		p->flushes++;
+	else if (rc > 0)
+		debugx("%d: no event yet: no live tail to write", pid);
+	return rc;
+}
+
 /* SIGUSR1, or evmbpf record --flush: the live tails written now. */
 static void node_flush(struct job *j, pid_t asked)
 {
@@ -109,47 +167,55 @@ static void node_flush(struct job *j, pid_t asked)
 	for (int i = 0; i < j->n; i++) {
 		struct proc *p = j->procs[i];
 		pid_t pid = p->s.target.pid;
+		char path[PATH_MAX];
 		if (!p->live || (asked > 0 && pid != asked))
 			continue;
-		char path[PATH_MAX];
-		if (record_flush_path(p->out, p->flushes + 1, path, sizeof(path)))
-			continue;
-		session_step(&p->s, 0, 0); /* what the ring buffer holds first */
-		/* what each thread runs now, read while it runs on (as evmbpf dump does where it
-		 * may not stop the process): until two reads agree */
-		struct dump_snapshot snap = {0};
-		struct dump_result res = { .how = "running" };
-		struct buf threads = {0};
-		uint64_t t0 = mono_ns();
-		int unread = dump_read_running(&p->s.target, &snap, &res.reads, &res.consistent);
-		res.read_ms = (double)(mono_ns() - t0) / 1e6;
-		if (!unread) {
-			dump_json(&p->s.target, &snap, &res, &threads);
-			while (threads.len && threads.data[threads.len - 1] == '\n')
-				threads.data[--threads.len] = 0;
-		}
-		dump_snapshot_free(&snap);
-		/* its room made first, when there is a file to write (said when there is none) */
-		if ((p->s.trace.events || threads.data) &&
-		    retention_room(j->opts->record.dir, pid, "live tail", path,
-				   trace_tail_bytes(&p->s.trace) + threads.len, 0)) {
-			buf_free(&threads);
-			continue;
-		}
-		int rc = trace_snapshot(&p->s.trace, path, threads.data);
-		buf_free(&threads);
-		if (!rc) {
-			p->flushes++;
+		if (!flush_one(j, p, NULL, path, sizeof(path))) {
 			written++;
 			fprintf(stderr, "%d: live tail in %s\n", pid, path);
-		} else if (rc > 0) {
-			debugx("%d: no event yet: no live tail to write", pid);
 		}
 	}
 	if (asked > 0 && !live_proc(j, asked))
 		warnx_("flush: %d is not traced by this recorder", asked);
 	else if (!written)
 		fprintf(stderr, "flush: no live tail had an event to write\n");
+}
+
+/* --hang-after: a thread of a live process inside a module call that long with no module
+ * event of its own: its process's live tail written, once until the thread's next module
+ * event. A process attached while modules ran that none of have returned counts from its
+ * attach. Looked at once a second. */
+static void node_hangs(struct job *j)
+{
+	static uint64_t last;
+	uint64_t now = mono_ns(), after = j->opts->record.hang_after_ns;
+	if (!after || now - last < 1000000000ull)
+		return;
+	last = now;
+	for (int i = 0; i < j->n; i++) {
+		struct proc *p = j->procs[i];
+		char why[256], path[PATH_MAX];
+		uint32_t tid;
+		const char *mod;
+		uint64_t since;
+		if (!p->live || !p->s.ps)
+			continue;
+		if (trace_hung_thread(&p->s.trace, now - after, &tid, &mod, &since)) {
+			snprintf(why, sizeof(why), "hang: thread %u in %s for %.1f s with no module "
+				 "event (--hang-after); the process runs on", tid, mod,
+				 (double)(now - since) / 1e9);
+		} else if (p->hung && !p->hung_said && p->s.ps->orphans_pending &&
+			   now - p->attached_ns >= after) {
+			p->hung_said = 1;
+			snprintf(why, sizeof(why), "hang: modules running since the attach, %.1f s "
+				 "ago, none returned (--hang-after); the process runs on",
+				 (double)(now - p->attached_ns) / 1e9);
+		} else {
+			continue;
+		}
+		if (!flush_one(j, p, why, path, sizeof(path)))
+			fprintf(stderr, "%d: %s: live tail in %s\n", p->s.target.pid, why, path);
+	}
 }
 
 /* Each live process's share of --max-memory, set again as they come and go (node_shares:
@@ -251,6 +317,7 @@ void node_step(struct job *j)
 		}
 	node_write_kept(j, 0);
 	follow_pending_late(j);
+	node_hangs(j);
 	node_looks(j);
 	pid_t asked = record_flush_asked();
 	if (asked)
@@ -281,6 +348,7 @@ int node_start(struct job *j)
 			continue;
 		}
 		watch_running_modules(&p->s);
+		node_running_at_attach(p);
 		if (proc_numeric(j, p))
 			continue;
 		session_announce(&p->s);

@@ -21,7 +21,8 @@ static const char usage[] =
 	"USAGE\n"
 	"  evmbpf record --dir DIR [--tail N] [--match REGEX] [--cgroup PATH]\n"
 	"                [--max-memory SIZE] [--max-disk SIZE] [--max-dir-size SIZE]\n"
-	"                [--keep-free SIZE] [--keep-all] [--stop-on-nonfinite] [-v]\n"
+	"                [--keep-free SIZE] [--keep-all] [--hang-after SECONDS]\n"
+	"                [--stop-on-nonfinite] [-v]\n"
 	"  evmbpf record --flush [--pid PID]\n"
 	"\n"
 	"A flight recorder for the whole node: every Python process (those running now, and\n"
@@ -48,6 +49,9 @@ static const char usage[] =
 	"                         (default 15% of it, at most 4G; 0: not looked at): the\n"
 	"                         oldest files removed first; a trace with no room is not written\n"
 	"      --keep-all         write every process's tail at its end, whatever the end\n"
+	"      --hang-after SECONDS  a thread inside a module call that long with no module\n"
+	"                         event of its own (a hang): its process's live tail written\n"
+	"                         once (DIR/...flush-K.jsonl, as --flush), and said\n"
 	"      --numeric          tensor stats of CPU tensors (see evmbpf --help)\n"
 	"      --stop-on-nonfinite  a process whose module output holds a NaN or an Inf: its\n"
 	"                         trace ends there and is written, the process is stopped\n"
@@ -119,7 +123,7 @@ static int check_dir(const char *dir)
 }
 
 enum { OPT_DIR = 256, OPT_MATCH, OPT_CGROUP, OPT_MAXMEM, OPT_MAXDISK, OPT_MAXDIR, OPT_KEEPFREE,
-       OPT_KEEP, OPT_FLUSH };
+       OPT_KEEP, OPT_FLUSH, OPT_HANG };
 
 int record_main(int argc, char **argv)
 {
@@ -137,6 +141,7 @@ int record_main(int argc, char **argv)
 		{ "max-dir-size", required_argument, NULL, OPT_MAXDIR },
 		{ "keep-free", required_argument, NULL, OPT_KEEPFREE },
 		{ "keep-all", no_argument, NULL, OPT_KEEP },
+		{ "hang-after", required_argument, NULL, OPT_HANG },
 		{ "flush", no_argument, NULL, OPT_FLUSH },
 		{ "pid", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
@@ -189,6 +194,18 @@ int record_main(int argc, char **argv)
 			break;
 		}
 		case OPT_KEEP: opts.record.keep_all = 1; break;
+		case OPT_HANG: {
+			char *end;
+			errno = 0;
+			double s = strtod(optarg, &end);
+			if (end == optarg || *end || errno || !(s > 0) || s > 1e6) {
+				warnx_("--hang-after must be a number of seconds above 0 (at most a "
+				       "million), not '%s'", optarg);
+				return 2;
+			}
+			opts.record.hang_after_ns = (uint64_t)(s * 1e9);
+			break;
+		}
 		case OPT_FLUSH: flush = 1; break;
 		case 'p':
 			if (parse_long(optarg, "--pid", 1, INT_MAX, &v))

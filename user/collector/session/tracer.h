@@ -23,6 +23,8 @@ struct record_opts {
 	uint64_t max_disk;       /* --max-disk: bytes of traces this recorder writes (a user
 	                          * half of it) */
 	int keep_all;            /* --keep-all: every tail is written at its process's end */
+	uint64_t hang_after_ns;  /* --hang-after: a thread this long in a module call with no
+	                          * module event has its process's live tail written; 0 off */
 };
 
 struct tracer_opts {

@@ -20,6 +20,13 @@ struct thread_stack *stack_of(struct trace *t, uint32_t tid)
 	return s;
 }
 
+void stack_event_seen(struct trace *t, uint32_t tid, uint64_t ts_ns)
+{
+	struct thread_stack *s = stack_of(t, tid);
+	s->last_ns = ts_ns;
+	s->hang_said = 0;
+}
+
 void stack_frame_free(struct frame *f)
 {
 	free(f->phase);

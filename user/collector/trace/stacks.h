@@ -6,6 +6,8 @@
 #include "trace_state.h"
 
 struct thread_stack *stack_of(struct trace *t, uint32_t tid);
+/* A module event of the thread at ts_ns (CLOCK_MONOTONIC): --hang-after's clock. */
+void stack_event_seen(struct trace *t, uint32_t tid, uint64_t ts_ns);
 void stack_frame_free(struct frame *f);
 void stack_truncate(struct thread_stack *s, size_t depth);
 /* Every frame of the thread `unwound` with this reason, and the stack emptied. */

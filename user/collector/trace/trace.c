@@ -387,12 +387,14 @@ void trace_record(struct trace *t, const void *data, size_t size)
 			return;
 		on_enter(t, data, size);
 		numeric_bytes_done(t->dctx, h->tid, h->ts_ns);
+		stack_event_seen(t, h->tid, h->ts_ns);
 		break;
 	case REC_EXIT:
 		if (size < sizeof(struct rec_call))
 			return;
 		on_exit_(t, data, size);
 		numeric_bytes_done(t->dctx, h->tid, h->ts_ns);
+		stack_event_seen(t, h->tid, h->ts_ns);
 		break;
 	case REC_TENSOR_BYTES:
 		numeric_bytes_add(t->dctx, data, size);
@@ -501,6 +503,34 @@ void trace_set_recorded_who(struct trace *t, char *who)
 	t->recorded_who = who;
 }
 
+int trace_hung_thread(struct trace *t, uint64_t before_ns, uint32_t *tid, const char **module,
+		      uint64_t *since_ns)
+{
+	for (size_t i = 0; i < t->nthreads; i++) {
+		struct thread_stack *s = &t->threads[i];
+		if (s->hang_said || !s->last_ns || s->last_ns >= before_ns)
+			continue;
+		/* the innermost frame still running (one an exception left is not) */
+		size_t d = s->depth;
+		while (d && s->frames[d - 1].raised)
+			d--;
+		if (!d || !s->frames[d - 1].mod)
+			continue;
+		s->hang_said = 1;
+		*tid = s->tid;
+		*module = s->frames[d - 1].mod->path;
+		*since_ns = s->last_ns;
+		return 1;
+	}
+	return 0;
+}
+
+void trace_set_recorded_threads(struct trace *t, char *threads_json)
+{
+	free(t->recorded_threads);
+	t->recorded_threads = threads_json;
+}
+
 size_t trace_model_bytes(const struct trace *t)
 {
 	return t->mods.bytes;
@@ -555,13 +585,15 @@ static int write_tail_copy_to(struct trace *t, struct sink *file, const char *pa
 	return err;
 }
 
-int trace_snapshot(struct trace *t, const char *path, const char *threads_json)
+int trace_snapshot(struct trace *t, const char *path, const char *threads_json,
+		   const char *why)
 {
 	/* no event yet (attached mid-hang: the modules running never return): the file is
 	 * then the closing mark alone, what each thread runs now in its "threads" */
 	if (!t->tail || (!t->events && !threads_json))
 		return 1;
-	return write_tail_copy(t, path, 1, "flush: the process runs on", threads_json) ? -1 : 0;
+	return write_tail_copy(t, path, 1, why ? why : "flush: the process runs on", threads_json)
+		       ? -1 : 0;
 }
 
 void trace_target_gone(struct trace *t)
@@ -592,6 +624,8 @@ static void free_state(struct trace *t)
 {
 	free(t->recorded_who);
 	t->recorded_who = NULL;
+	free(t->recorded_threads);
+	t->recorded_threads = NULL;
 	free(t->kept_data);
 	t->kept_data = NULL;
 	t->kept_len = 0;
@@ -622,7 +656,7 @@ static int keep_image(struct trace *t)
 		return -1;
 	}
 	int err = write_tail_copy_to(t, sink_file_stream(m), NULL, 0, t->recorded_why[0] ?
-				     t->recorded_why : NULL, NULL);
+				     t->recorded_why : NULL, t->recorded_threads);
 	if (err) {
 		free(data);
 		warnx_("%s: the disk is full and its trace cannot be kept: %s", t->out_path,
@@ -687,13 +721,13 @@ int trace_close(struct trace *t)
 		free_state(t);
 		return 0;
 	}
-	if (t->opts.deferred_file && t->tail && t->events) {
+	if (t->opts.deferred_file && t->tail && (t->events || t->recorded_threads)) {
 		/* evmbpf record: written from a copy, so that a full disk leaves the tail as it
 		 * was, for another try (said the first time only) */
 		int quiet = warn_silent;
 		warn_silent = quiet || t->write_tries++;
 		int err = write_tail_copy(t, t->out_path, 0, t->recorded_why[0] ? t->recorded_why :
-					  NULL, NULL);
+					  NULL, t->recorded_threads);
 		warn_silent = quiet;
 		if ((err == ENOSPC || err == EDQUOT) && !keep_image(t))
 			return TRACE_KEPT;

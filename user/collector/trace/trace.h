@@ -50,14 +50,26 @@ size_t trace_tail_bytes(const struct trace *t);
 /* evmbpf record: whose the trace is (a JSON object, malloc'd: the trace takes it), for its
  * closing `recorded` mark's "process" */
 void trace_set_recorded_who(struct trace *t, char *who);
+/* evmbpf record: what each thread ran (a thread dump as `evmbpf dump --json` writes it,
+ * malloc'd: the trace takes it), for its closing mark's "threads": a process attached
+ * while modules ran, which died before any of them returned */
+void trace_set_recorded_threads(struct trace *t, char *threads_json);
 /* What its module tree holds, in bytes (names and table: counted in --max-memory) */
 size_t trace_model_bytes(const struct trace *t);
 /* The live tail written to path now, as a detach now would have written it: the tail,
  * the frames still open `unwound` ("session ended"), the `dropped` line, and the
- * closing `recorded` mark, with threads_json (what each thread runs now, as `evmbpf dump
+ * closing `recorded` mark (its "why": why, or "flush: the process runs on" when NULL),
+ * with threads_json (what each thread runs now, as `evmbpf dump
  * --json` shows it; NULL: none) as its "threads". The trace goes on untouched. With no
  * event yet, the file is that mark alone. 0 written, 1 nothing to write (no tail, or no
  * event and no threads_json), -1 failed (said). */
-int trace_snapshot(struct trace *t, const char *path, const char *threads_json);
+int trace_snapshot(struct trace *t, const char *path, const char *threads_json,
+		   const char *why);
+/* evmbpf record --hang-after: a thread inside a module call whose last module event came
+ * before before_ns (CLOCK_MONOTONIC), not given since that event: 1, and its tid, the
+ * innermost running module's path and that event's time (the thread is not given again
+ * until its next module event); 0 none. */
+int trace_hung_thread(struct trace *t, uint64_t before_ns, uint32_t *tid, const char **module,
+		      uint64_t *since_ns);
 
 #endif

@@ -46,6 +46,10 @@ struct thread_stack {
 	uint64_t codes[STACK_FRAMES_MAX], firsts[STACK_FRAMES_MAX];
 	uint32_t ncodes;
 	const char *rule_phase;
+	/* evmbpf record --hang-after: its last module event (CLOCK_MONOTONIC), and whether
+	 * it was given as hung since */
+	uint64_t last_ns;
+	int hang_said;
 };
 
 /* --phase NAME=[MODULE:]QUALNAME, globs on both */
@@ -127,6 +131,8 @@ struct trace {
 	struct cudamem *cuda;            /* `mem` and the header's `cuda`, or NULL */
 	int oom_killed;                  /* the OOM killer chose the process (its end says so) */
 	char *recorded_who;              /* evmbpf record: whose it is (a JSON object), or NULL */
+	char *recorded_threads;          /* evmbpf record: the closing mark's "threads" (a
+	                                  * thread dump, JSON), or NULL */
 	char recorded_why[160];          /* evmbpf record: why the file is written (its closing
 	                                  * `recorded` mark), "" when not recorded */
 	char *nonfinite;                 /* --stop-on-nonfinite: the module whose output held

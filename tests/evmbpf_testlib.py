@@ -434,10 +434,54 @@ def cell_target(where, outdir=None):
     return chroot_target(where)
 
 
+def multi_links(pid):
+    """The uprobe_multi links a process holds, from its descriptors' fdinfo (evmbpf makes
+    each probe one where the kernel has them: session/uprobes.c), as bpftool perf list
+    shows a perf uprobe: pid (the holder), fd, prog_id, fd_type (uprobe, uretprobe),
+    filename (the probed file as the kernel names it), offset; and target (the pid the
+    link is for)."""
+    found = []
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
+                text = handle.read()
+        except OSError:
+            continue
+        kind = re.search(r"^link_type:\s+(u(?:ret)?probe)_multi$", text, re.M)
+        if not kind:
+            continue
+        field = lambda name: (re.search(rf"^{name}:\s+(\S+)", text, re.M) or [None, ""])[1]
+        offs = re.findall(r"^\d+\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+$", text, re.M)
+        found.append({"pid": pid, "fd": int(fd), "prog_id": int(field("prog_id") or 0),
+                      "fd_type": kind.group(1), "filename": field("path"),
+                      "offset": int(offs[0], 16) if offs else None,
+                      "target": int(field("pid") or 0)})
+    return found
+
+
 def perf_links(pid):
-    """The perf event links (uprobes, breakpoints) bpftool lists for a process."""
+    """The probes a process holds: the perf event links (uprobes, breakpoints, raw
+    tracepoints) bpftool lists for it, and its uprobe_multi links (multi_links)."""
     out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
-    return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid]
+    return [p for p in json.loads(out.stdout or "[]") if p.get("pid") == pid] + multi_links(pid)
+
+
+def links_on(targets, holder=None):
+    """Every probe on the node that is on one of the target pids, or held by holder: perf
+    uprobes whose file is named through /proc/TARGET/, uprobe_multi links for a target
+    (any process's)."""
+    out = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True, text=True)
+    left = [p for p in json.loads(out.stdout or "[]") if p.get("pid") == holder
+            or any(f"/proc/{t}/" in p.get("filename", "") for t in targets)]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            left += [m for m in multi_links(int(entry))
+                     if m["target"] in targets or m["pid"] == holder]
+    return left
 
 
 def own_rss(cmd):

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, comparable, perf_links,
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, comparable, links_on, perf_links,
                             wait_for_line)
 
 FORKSERVER = os.path.join(OWN_WORKLOADS, "forkserver.py")
@@ -120,11 +120,7 @@ class Tracer:
         # listed for a moment after evmbpf has exited. A leak stays: poll, then judge.
         deadline = time.monotonic() + PROBE_RELEASE_GRACE_S
         while True:
-            listed = subprocess.run(["bpftool", "-j", "perf", "list"], capture_output=True,
-                                    text=True).stdout
-            left = [p for p in json.loads(listed or "[]")
-                    if f"/proc/{self.pid_target}/" in p.get("filename", "")
-                    or p.get("pid") == self.proc.pid]
+            left = links_on([self.pid_target], holder=self.proc.pid)
             alive = [p for p in self.progs if prog_alive(p)]
             if not (left or alive) or time.monotonic() > deadline:
                 break

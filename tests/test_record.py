@@ -29,7 +29,8 @@ import pytest
 from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, chroot_target, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
-                            RUN_WORKLOAD, STANDIN, comparable, compare_traces, load, perf_links,
+                            RUN_WORKLOAD, STANDIN, comparable, compare_traces, links_on, load,
+                            perf_links,
                             probes_left, proc_state, recorded_why, host_kwargs, shared_folder,
                             without_machine_notes)
 
@@ -327,10 +328,7 @@ class Recorder:
         assert self.progs, "no perf link of the recorder was seen while it recorded"
         deadline = time.monotonic() + 5
         while True:
-            listed = json.loads(subprocess.run(["bpftool", "-j", "perf", "list"],
-                                               capture_output=True, text=True).stdout or "[]")
-            left = [p for p in listed if p.get("pid") == self.proc.pid
-                    or any(f"/proc/{t}/" in p.get("filename", "") for t in targets)]
+            left = links_on(list(targets), holder=self.proc.pid)
             alive = [p for p in self.progs
                      if subprocess.run(["bpftool", "prog", "show", "id", str(p)],
                                        capture_output=True).returncode == 0]

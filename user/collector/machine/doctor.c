@@ -30,6 +30,7 @@
 #include "target.h"
 #include "procstate.h"
 #include "tracer.h"
+#include "uprobes.h"
 
 static int failures;
 static int partial; /* of them: a trace works, without what the line says */
@@ -76,6 +77,11 @@ static int libbpf_quiet(enum libbpf_print_level level, const char *fmt, va_list 
  * opened and closed at once: nothing is placed in any other process. */
 static void check_uprobe_event(void)
 {
+	if (uprobe_multi_usable()) {
+		line(1, "uprobe events: uprobe_multi links can be made with these privileges "
+			"(evmbpf places each probe as one)");
+		return;
+	}
 	char type[16], self[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
 	if (read_file("/sys/bus/event_source/devices/uprobe/type", type, sizeof(type)) || n <= 0)

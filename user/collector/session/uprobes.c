@@ -87,7 +87,7 @@ void probe_close(struct probe *p)
 
 /* Does the kernel make uprobe_multi links? As libbpf asks: a program of that attach type
  * loads, and a link for a path that is a folder fails with EBADF, not EINVAL. */
-static int have_uprobe_multi(void)
+int uprobe_multi_usable(void)
 {
 	static int have = -1;
 	if (have >= 0)
@@ -117,7 +117,7 @@ static int have_uprobe_multi(void)
 
 void uprobes_multi_on(struct bpf_object *obj)
 {
-	if (!have_uprobe_multi())
+	if (!uprobe_multi_usable())
 		return;
 	struct bpf_program *p;
 	bpf_object__for_each_program(p, obj) {

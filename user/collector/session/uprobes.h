@@ -25,5 +25,8 @@ void probe_close(struct probe *p);
  * their grace periods (closer.c closes them at once). EVMBPF_NO_UPROBE_MULTI=1 keeps
  * perf events (to measure the difference). */
 void uprobes_multi_on(struct bpf_object *obj);
+/* Does the kernel make uprobe_multi links with these privileges (CAP_BPF and CAP_PERFMON
+ * are enough, where a perf uprobe event may want CAP_SYS_ADMIN)? 1 yes, 0 no. */
+int uprobe_multi_usable(void);
 
 #endif

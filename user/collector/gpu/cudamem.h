@@ -61,6 +61,7 @@ struct cudamem {
 	int warned_unknown;
 	struct probe *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
 	int ld_tried;
+	uint64_t next_look_ns;       /* no loader's probe: when the library is looked for next */
 	int in_load_stop;
 	int load_stops;
 	int init_holds;              /* stops at a module call after device_count_ensure_non_zero */            /* handling a stop at a dlopen: no code of the new library ran */

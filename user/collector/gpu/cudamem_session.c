@@ -219,13 +219,24 @@ void cudamem_session_step(struct session *s)
 		return;
 	enum cudamem_state before = c->state;
 	int torch_known = s->target.torch_version[0] != 0;
+	int first = 0;
 	if (c->state == CM_NO_LIBRARY && !c->ld_tried) {
 		/* before the first look: a library mapped after it stops the target */
 		static char name[PATH_MAX], open_path[PATH_MAX];
 		uint64_t start;
-		c->ld_tried = 1;
+		c->ld_tried = first = 1;
 		if (!maps_find_object(s->target.pid, "libc10_cuda.so", name, open_path, sizeof(open_path), &start))
 			ld_hook(s);
+	}
+	if (c->state == CM_NO_LIBRARY && !first && !c->in_load_stop) {
+		/* the library awaited: with the loader's probe, its dlopen says when (the look
+		 * above and the one in the step the probe went in cover what came before); else
+		 * looked for once a second. The maps of every Python of the node read at every
+		 * round of the loop were most of the recorder's CPU in a burst. */
+		uint64_t now = mono_ns();
+		if (c->ld_link || now < c->next_look_ns)
+			return;
+		c->next_look_ns = now + 1000000000ull;
 	}
 	cudamem_scan(c, s->target.pid);
 	if (c->state == CM_NO_LIBRARY && torch_known)

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "asuser.h"
 #include "elfsym.h"
 #include "procstate.h"
 #include "evmbpf.h"
@@ -223,6 +224,40 @@ static int scan_slotdefs(void *arg, const struct mapping *m)
 	return 0;
 }
 
+/* What the slotdefs scan found (link-time address), kept for the next process of the same
+ * executable file (device, inode, size, mtime) and the same effective uid: the scan reads
+ * the target's memory, which its owner can change, so one user's process never decides
+ * another's probe. evmbpf record attaches to every Python of the node: the scan was the
+ * biggest part of its CPU an attach. */
+#define SLOT_CACHE 64
+static struct slot_cached {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	time_t mtime;
+	uid_t uid;
+	uint64_t vaddr;
+} slot_cache[SLOT_CACHE];
+static int nslot_cache, slot_cache_next;
+
+static struct slot_cached slot_key(struct target *t)
+{
+	struct slot_cached k = { .uid = (uid_t)-1 };
+	struct stat st;
+	struct target_creds c;
+	if (stat(t->py_open, &st) || target_creds(t->pid, &c))
+		return k;
+	k.dev = st.st_dev, k.ino = st.st_ino, k.size = st.st_size, k.mtime = st.st_mtime;
+	k.uid = c.uid;
+	return k;
+}
+
+static int slot_same(const struct slot_cached *a, const struct slot_cached *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime == b->mtime && a->uid == b->uid;
+}
+
 static int find_slot_tp_call(struct target *t, struct elf_file *f)
 {
 	uint64_t v;
@@ -231,6 +266,13 @@ static int find_slot_tp_call(struct target *t, struct elf_file *f)
 		t->slot_tp_call_found_by = 0;
 		return 0;
 	}
+	struct slot_cached key = slot_key(t);
+	for (int i = 0; key.uid != (uid_t)-1 && i < nslot_cache; i++)
+		if (slot_same(&slot_cache[i], &key)) {
+			t->slot_tp_call = slot_cache[i].vaddr + t->py_bias;
+			t->slot_tp_call_found_by = 1;
+			return 0;
+		}
 	struct slot_scan s = { .t = t };
 	s.nnames = elf_file_find(f, "__call__", 9, s.names, 8);
 	for (int i = 0; i < s.nnames; i++)
@@ -241,6 +283,13 @@ static int find_slot_tp_call(struct target *t, struct elf_file *f)
 		return -1;
 	t->slot_tp_call = s.found;
 	t->slot_tp_call_found_by = 1;
+	if (key.uid != (uid_t)-1) {
+		key.vaddr = s.found - t->py_bias;
+		slot_cache[slot_cache_next] = key;
+		slot_cache_next = (slot_cache_next + 1) % SLOT_CACHE;
+		if (nslot_cache < SLOT_CACHE)
+			nslot_cache++;
+	}
 	return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "elfsym.h"
 #include "follow.h"
 #include "follow.skel.h"
@@ -43,7 +44,7 @@ static void pending_drop(struct job *j, pid_t pid)
 	int i = pending_slot(j, pid, 0);
 	if (i < 0)
 		return;
-	probe_close(j->pending[i].entry);
+	closer_put(j->pending[i].entry); /* off the loop when the recorder's */
 	j->pending[i].entry = NULL;
 	j->pending[i].pid = 0;
 }
@@ -337,6 +338,7 @@ int follow_load(struct job *j)
 		if (most && atoi(most) > 0)
 			j->fskel->rodata->follow_user_max = (uint32_t)atoi(most);
 		bpf_program__set_autoload(j->fskel->progs.follow_oom, j->node);
+		uprobes_multi_on(j->fskel->obj); /* the entry-point probes close fast too */
 	}
 	if (!j->fskel || follow_bpf__load(j->fskel)) {
 		warnx_("cannot load the BPF programs of --follow: %s (run with -v for details)",

@@ -185,6 +185,7 @@ int run_launch(const struct tracer_opts *opts)
 		bpf_program__set_autoload(l.skel->progs.follow_fork, false);
 		bpf_program__set_autoload(l.skel->progs.follow_exit, false);
 		bpf_program__set_autoload(l.skel->progs.follow_oom, false);
+		uprobes_multi_on(l.skel->obj);
 	}
 	if (!l.skel || follow_bpf__load(l.skel)) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers "

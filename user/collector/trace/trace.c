@@ -25,6 +25,7 @@
 #include "modfilter.h"
 #include "numeric.h"
 #include "phases.h"
+#include "procmem.h"
 #include "pyre.h"
 #include "samples.h"
 #include "sink.h"
@@ -405,6 +406,16 @@ void trace_record(struct trace *t, const void *data, size_t size)
 		if (!t->last_exc)
 			t->last_exc = xmalloc(sizeof(*t->last_exc));
 		memcpy(t->last_exc, data, sizeof(*t->last_exc));
+		if (!t->last_exc->type_name[0] && t->target && t->last_exc->value) {
+			/* the probe could not read it: a builtin's name lies in the interpreter's
+			 * file-backed pages, which a forked child has not faulted in yet (fork
+			 * copies no page table entries of those); read here, where a read
+			 * faults them in */
+			const struct pyreader *r = &t->target->reader;
+			struct rec_exception *e = t->last_exc;
+			if (py_type_name(r, py_type(r, e->value), e->type_name, sizeof(e->type_name)))
+				e->type_name[0] = 0;
+		}
 		break;
 	case REC_BOUND_ENTER:
 		if (size >= sizeof(struct rec_bound_enter))

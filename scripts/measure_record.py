@@ -79,12 +79,14 @@ import os
 import random
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+# shared with the benchmark beside it (scripts/ is the first entry of sys.path)
+from bench_record import fmt, log, med, mem_available_mb, proc_cpu_s
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EVMBPF = os.path.join(REPO, "build", "evmbpf")
@@ -93,7 +95,6 @@ PARTS = ["burst", "nontorch", "stop"]
 NONTORCH_MODES = ["plain", "record", "record-nodefer"]
 PROC_MB = 300  # a python + torch process (~250 MB), with margin
 KEEP_FREE_MB = 1024
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 FILE_RE = re.compile(r"evmbpf-(\d+)")
 
 # argv: TAG FORWARDS; raises in forward FORWARDS+1 (exit 1)
@@ -163,29 +164,6 @@ STARTED = []  # every workload Popen, killed at the end if alive
 RECORDERS = []  # every Recorder, stopped at the end if alive
 
 
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-def med(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def fmt(v, spec=".2f"):
-    return "-" if v is None else format(v, spec)
-
-
-def proc_cpu_s(pid):
-    """utime + stime of a process, seconds (clock ticks: 10 ms steps)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def proc_hwm_kb(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -195,14 +173,6 @@ def proc_hwm_kb(pid):
     except OSError:
         pass
     return None
-
-
-def mem_available_mb():
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0
 
 
 def fits():

@@ -238,10 +238,10 @@ class Recorder:
     """`evmbpf record --dir DIR --tail N ARGS`, its pid file in the test's folder; ready
     once it has said on stderr that it is recording."""
 
-    def __init__(self, directory, *args, pidfile, tail=TAIL, timeout=120, nofile=None):
+    def __init__(self, directory, *args, pidfile, tail=TAIL, timeout=120, nofile=None, env=None):
         self.dir, self.pidfile = str(directory), str(pidfile)
         os.makedirs(self.dir, exist_ok=True)
-        self.env = dict(os.environ, EVMBPF_RECORD_PIDFILE=self.pidfile)
+        self.env = dict(os.environ, EVMBPF_RECORD_PIDFILE=self.pidfile, **(env or {}))
         self.uprobe_events = probes_left()
 
         def limit():  # nofile: its soft limit of open files, as a shell's may be

@@ -15,16 +15,15 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, RUN_WORKLOAD,
                             load, recorded_why)
+from test_record import Recorder as RecorderOf, clean_env, settled
 
 pytestmark = pytest.mark.root
 
@@ -34,67 +33,11 @@ RECORD_ANY = os.path.join(OWN_WORKLOADS, "record_any.py")  # RECORD_HANG_AT: a h
 HOST = re.sub(r"[^A-Za-z0-9_-]", "_", os.uname().nodename)[:64]
 MIB = 1 << 20
 DAY = 86400
-FILE_WAIT_S = 60
 
 
-def clean_env():
-    return {k: v for k, v in os.environ.items()
-            if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID",
-                         "MASTER_PORT", "MASTER_ADDR", "EVMBPF_RECORD_PIDFILE")}
-
-
-class Recorder:
-    """`evmbpf record --dir DIR --tail 50 --match TOKEN ARGS`, its pid file its own; ready
-    once it has said on stderr that it is recording (as tests/test_record.py's)."""
-
-    def __init__(self, directory, token, *args, pidfile, timeout=120, env=None):
-        self.dir = str(directory)
-        self.env = dict(os.environ, EVMBPF_RECORD_PIDFILE=str(pidfile), **(env or {}))
-        self.proc = subprocess.Popen([EVMBPF, "record", "--dir", self.dir, "--tail", str(TAIL),
-                                      "--match", token, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=self.env)
-        self.lines = []
-        self._ready = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.05):
-            if self.proc.poll() is not None:
-                self._reader.join(5)
-                raise AssertionError(f"evmbpf record ended (rc {self.proc.returncode}) before "
-                                     f"it said it is recording:\n{self.stderr()}")
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise AssertionError(f"evmbpf record did not say it is recording:\n"
-                                     f"{self.stderr()}")
-
-    def _read(self):
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if line.startswith("recording"):
-                self._ready.set()
-
-    def stderr(self):
-        return "".join(self.lines)
-
-    def wait_for(self, pattern, timeout=120):
-        deadline = time.monotonic() + timeout
-        while not any(re.search(pattern, line) for line in list(self.lines)):
-            assert self.proc.poll() is None, f"the recorder ended:\n{self.stderr()[-3000:]}"
-            assert time.monotonic() < deadline, (
-                f"{pattern!r} not said in {timeout} s:\n{self.stderr()[-3000:]}")
-            time.sleep(0.05)
-
-    def stop(self, timeout=60):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"evmbpf record did not end after SIGTERM:\n{self.stderr()}")
-        self._reader.join(10)
-        return rc
+def Recorder(directory, token, *args, pidfile, env=None):
+    """tests/test_record.py's recorder, taking only the processes of this test's token."""
+    return RecorderOf(directory, "--match", token, *args, pidfile=pidfile, tail=TAIL, env=env)
 
 
 def wanted(base, workload=RAISES):
@@ -115,21 +58,6 @@ def run_raises(rec, script):
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err[-2000:]
     return proc.pid
-
-
-def settled(path, timeout=FILE_WAIT_S):
-    """Wait until the file exists, ends with a newline and kept its size for 0.5 s."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        size = os.path.getsize(path) if os.path.exists(path) else None
-        if size and size == last:
-            with open(path, "rb") as handle:
-                if handle.read().endswith(b"\n"):
-                    return load(path)
-        assert time.monotonic() < deadline, f"{path} did not appear complete (size {size})"
-        last = size
-        time.sleep(0.5)
 
 
 def files_of(directory):

@@ -51,15 +51,15 @@ struct cudamem {
 	int nset_device;
 	uint64_t get_device_off;     /* c10::cuda::GetDevice(DeviceIndex *), 0: none */
 	uint64_t init_off;           /* c10::cuda::device_count_ensure_non_zero(), 0: none */
-	struct probe *links[12];  /* the probes above, placed once the library is mapped */
+	struct probe *links[12];     /* the probes above, placed once the library is mapped */
 	int nlinks;
-	struct probe *reveal[2];  /* GetDevice's entry and return, while threads are unknown */
+	struct probe *reveal[2];     /* GetDevice's entry and return, while threads are unknown */
 	int nreveal;
 	int nunknown;                /* threads listed as unknown when the probes were placed */
 	uint64_t first_mem_ns;       /* CLOCK_MONOTONIC of the first REC_MEM: the reveal window */
 	uint64_t unknown_calls;      /* module calls of threads whose device was unknown */
 	int warned_unknown;
-	struct probe *ld_link;    /* the dynamic loader's _dl_debug_state, until the library is mapped */
+	struct probe *ld_link;       /* the dynamic loader's _dl_debug_state, until the library is mapped */
 	int ld_tried;
 	uint64_t next_look_ns;       /* no loader's probe: when the library is looked for next */
 	int in_load_stop;

@@ -127,7 +127,7 @@ static void place_probes(struct session *s)
 	struct evmbpf_bpf *skel = s->skel;
 	for (int i = 0; i < c->nset_device && c->nlinks < (int)(sizeof(c->links) / sizeof(c->links[0])); i++) {
 		struct probe *l = attach_uprobe(skel->progs.cuda_set_device_probe, 0, s->target.pid,
-						   c->lib_open, c->set_device_off[i], "c10::cuda::SetDevice");
+						c->lib_open, c->set_device_off[i], "c10::cuda::SetDevice");
 		if (l)
 			c->links[c->nlinks++] = l;
 	}
@@ -135,7 +135,7 @@ static void place_probes(struct session *s)
 		/* CUDA's init between two module calls: the next one stops the target until the
 		 * devices are found (never a terminal's foreground job, nor under --numeric's ptrace) */
 		struct probe *l = attach_uprobe(skel->progs.cuda_init_probe, 0, s->target.pid, c->lib_open,
-						   c->init_off, "c10::cuda::device_count_ensure_non_zero");
+						c->init_off, "c10::cuda::device_count_ensure_non_zero");
 		if (l) {
 			c->links[c->nlinks++] = l;
 			if (session_may_hold(s))
@@ -144,7 +144,7 @@ static void place_probes(struct session *s)
 	}
 	if (c->get_device_off) {
 		struct probe *l = attach_uprobe(skel->progs.cuda_get_device_enter, 0, s->target.pid,
-						   c->lib_open, c->get_device_off, "c10::cuda::GetDevice");
+						c->lib_open, c->get_device_off, "c10::cuda::GetDevice");
 		if (l)
 			c->reveal[c->nreveal++] = l;
 		l = attach_uprobe(skel->progs.cuda_get_device_exit, 1, s->target.pid, c->lib_open,

@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-
 #include "uprobes.h"
 #include "util.h"
 

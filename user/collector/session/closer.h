@@ -1,8 +1,10 @@
 /* Links closed off the loop (closer.c). A uprobe's link, closed, waits for RCU grace
- * periods in the kernel (synchronize_rcu_tasks_trace, the uretprobes' SRCU): about 1 s a
- * process's links on a busy 2-CPU machine, one close after the other. evmbpf record
- * hands them to threads of their own, which close many at once (their grace periods
- * overlap), so that the loop takes new processes and SIGTERM while they close. */
+ * periods in the kernel (synchronize_rcu_tasks_trace, the uretprobes' SRCU): tens of ms
+ * each on a busy 2-CPU machine, about a dozen a process. evmbpf record hands an ended
+ * process's to threads of their own, so that the loop takes new processes meanwhile;
+ * uprobe_multi links (uprobes.c) close at once from several threads, their grace periods
+ * shared, where perf uprobe events still close one after the other (the kernel's
+ * event_mutex). */
 #ifndef EVMBPF_CLOSER_H
 #define EVMBPF_CLOSER_H
 

@@ -96,7 +96,7 @@ static int defer_calls(struct session *s)
 	/* mapped between the look above and the probe: placed now */
 	if (maps_find_object(t->pid, "libc10.so", name, open_path, sizeof(open_path), &start) == 1) {
 		s->ps->torch_ld_debug = 0;
-		probe_close(s->torch_link);
+		closer_put(s->torch_link);
 		s->torch_link = NULL;
 		return 0;
 	}

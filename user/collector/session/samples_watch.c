@@ -31,7 +31,7 @@
 #define WATCH_MAX 1024
 
 struct samples_watch {
-	struct probe *exec[2];      /* PyEval_EvalCode entry and return */
+	struct probe *exec[2];         /* PyEval_EvalCode entry and return */
 	struct bpf_link *watch[WATCH_MAX]; /* one per thread armed at the start */
 	int nwatch;
 	uint64_t code;                 /* note_samples' code object */
@@ -53,9 +53,9 @@ static void session_attach_markers(struct session *s)
 		: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
 							      : skel->progs.marker_enter;
 	struct probe *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
-					   t->lookup_special_kind == LOOKUP_STACKREF
-						   ? "_PyObject_LookupSpecialMethod"
-						   : "_PyObject_LookupSpecial");
+					t->lookup_special_kind == LOOKUP_STACKREF
+					   ? "_PyObject_LookupSpecialMethod"
+					   : "_PyObject_LookupSpecial");
 	if (l)
 		s->links[s->nlinks++] = l;
 }

@@ -38,7 +38,7 @@ struct session {
 	struct probe *links[SESSION_LINKS];
 	int nlinks;
 	struct probe *torch_link; /* evmbpf record: _dl_debug_state's probe while the call
-	                              * probes wait for torch (probes.c), or NULL */
+	                           * probes wait for torch (probes.c), or NULL */
 	struct samples_watch *samples; /* note_samples' watch (samples.c), or NULL */
 	int ended;        /* the target's last thread exited */
 	int discard;      /* evmbpf record: its end needs no trace; session_finish writes none */

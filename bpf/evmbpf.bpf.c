@@ -149,10 +149,12 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	struct rec_call *r = (void *)s->buf;
 	r->flags = 0;
 	r->marker = active_marker();
-	if (ps->hold_next) {
-		ps->hold_next = 0;
+	if (ps->first_call) {
+		ps->first_call = 0;
 		r->flags = REC_F_HELD; /* the first call: its model is read (held or not) */
-		s->flags |= REC_F_WANT_HOLD; /* this thread only, in a ptrace stop (hold.bpf.h) */
+		if (ps->hold_next) /* this thread only, in a ptrace stop (hold.bpf.h) */
+			s->flags |= REC_F_WANT_HOLD;
+		ps->hold_next = 0;
 	}
 	push(s, W_ONE, (__u64)kwargs, ROOT_DEPTH);
 	push(s, W_ONE, (__u64)args, ROOT_DEPTH);

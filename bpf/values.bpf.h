@@ -75,9 +75,11 @@ struct {
 
 static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags)
 {
-	if (rec_flags & REC_F_PTRACE) /* a thread waits for us */
+	/* a thread waits for us; or a read that must come soon though nothing waits (the
+	 * first call's model, where the process could not be held: it runs on meanwhile) */
+	if (rec_flags & (REC_F_PTRACE | REC_F_HELD))
 		return BPF_RB_FORCE_WAKEUP;
-	if (!wakeup_bytes || (rec_flags & REC_F_HELD)) /* the target waits for us */
+	if (!wakeup_bytes)
 		return 0;
 	void *rb = ps_ring(ps);
 	return rb && bpf_ringbuf_query(rb, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP

@@ -34,7 +34,8 @@ struct proc_state {
 	__s32 group_exit_code;
 	__u32 group_exited;
 	/* holds (see state.bpf.h, hold.bpf.h, bound.bpf.h, samples.bpf.h) */
-	__u32 hold_next;
+	__u32 first_call; /* the first module call to come: its record (the model read) wakes us */
+	__u32 hold_next;  /* ... and holds its thread, where the process may be held */
 	__u32 hold_codes;
 	__u32 numeric_hold;
 	__u32 bound_hold;

@@ -149,6 +149,7 @@ int session_load(struct session *s)
 	ps->cfg.rules = s->opts->trace.nrules > 0;
 	/* the running thread's frames: --phase rules, and the model when attached mid-forward */
 	ps->cfg.runtime = t->runtime;
+	ps->first_call = 1;
 	ps->hold_next = session_may_hold(s);
 	ps->hold_codes = ps->hold_next && s->opts->trace.nrules;
 	ps->bound_hold = ps->hold_next;

@@ -1,5 +1,5 @@
-/* --pid: attach to a running process (the modules already running are watched for
- * their orphan exits). */
+/* --pid: the processes given, attached where they stand (the modules already running
+ * are watched for their orphan exits). */
 #include "session.h"
 #include "phases.h"
 #include "drivers.h"
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "hold.h"
+#include "job_state.h"
 #include "procstate.h"
 #include "pyframes.h"
 #include "util.h"
@@ -75,32 +76,34 @@ void watch_running_modules(struct session *s)
 		debugx("%u modules were running on %u threads at the attach", modules, threads);
 }
 
-int run_attach(const struct tracer_opts *opts)
+/* The --pid list, a source of the job: each attached where it stands. Where one cannot
+ * be, none is (said): the job does not run. */
+static int pids_start(struct job *j)
 {
-	struct session s = { .opts = opts };
-	s.target.root_fd = -1;
-	if (opts->trace.numeric && hold_check(opts->pid))
-		return 1; /* a debugger holds it: said before anything is loaded */
-	if (session_prepare(&s, opts->pid)) {
-		session_abandon(&s);
-		return 1;
+	const struct tracer_opts *o = j->opts;
+	for (int i = 0; o->trace.numeric && i < o->npids; i++)
+		if (hold_check(o->pids[i]))
+			return -1; /* a debugger holds it: said before anything is loaded */
+	for (int i = 0; i < o->npids; i++) {
+		struct proc *p = proc_start(j, o->pids[i], 0, NULL);
+		if (!p) {
+			for (int k = 0; k < j->n; k++)
+				j->procs[k]->live = 0, proc_abandon(j->procs[k]);
+			j->n = 0;
+			return -1;
+		}
+		watch_running_modules(&p->s);
+		if (proc_numeric(j, p))
+			continue;
+		session_announce(&p->s);
 	}
-	watch_running_modules(&s);
-	if (session_numeric_start(&s)) {
-		session_finish(&s);
-		if (strcmp(opts->out, "-"))
-			unlink(opts->out);
-		return 1;
-	}
-	session_announce(&s);
-	session_collect(&s, 0);
-	if (s.trace.nonfinite)
-		return session_stop_nonfinite(&s, 0);
-	int rc = session_finish(&s);
-	if (stop_signal)
-		fprintf(stderr, "detached from %d\n", opts->pid);
-	else if (s.execed)
-		fprintf(stderr, "%d exec'd another program: the trace ends here, the new program "
-			"is not traced\n", opts->pid);
-	return rc ? 1 : 0;
+	return 0;
 }
+
+static int pids_done(const struct job *j)
+{
+	(void)j;
+	return 1; /* they are the job's from its start */
+}
+
+const struct job_source source_pids = { .name = "pids", .start = pids_start, .done = pids_done };

@@ -1,5 +1,6 @@
-/* The drivers: one process by --pid (attach.c), a launched command (launch.c), every
- * process of a job (job.c); tracer.c picks one */
+/* The driver: every run of the tracer is a job (job.c), its processes from its sources
+ * (job_state.h): the --pid list (attach.c), a launched command (launch.c), --follow,
+ * the node (evmbpf record) */
 #ifndef EVMBPF_DRIVERS_H
 #define EVMBPF_DRIVERS_H
 
@@ -7,9 +8,7 @@
 
 #include "session.h"
 
-/* attach.c, launch.c, job.c (several processes, --follow): evmbpf's exit status */
-int run_attach(const struct tracer_opts *opts);
-int run_launch(const struct tracer_opts *opts);
+/* job.c: evmbpf's exit status */
 int run_job(const struct tracer_opts *opts);
 /* attach.c: the modules running at a --pid attach, watched for their orphan exits */
 void watch_running_modules(struct session *s);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "closer.h"
+#include "cupti_session.h"
 #include "elfsym.h"
 #include "follow.h"
 #include "follow.skel.h"
@@ -29,11 +30,11 @@
 int pending_slot(struct job *j, pid_t pid, int add)
 {
 	for (int i = 0; i < PENDING_MAX; i++)
-		if (j->pending[i].pid == pid)
+		if (j->follow->pending[i].pid == pid)
 			return i;
 	for (int i = 0; add && i < PENDING_MAX; i++)
-		if (!j->pending[i].pid) {
-			j->pending[i].pid = pid;
+		if (!j->follow->pending[i].pid) {
+			j->follow->pending[i].pid = pid;
 			return i;
 		}
 	return -1;
@@ -44,9 +45,9 @@ static void pending_drop(struct job *j, pid_t pid)
 	int i = pending_slot(j, pid, 0);
 	if (i < 0)
 		return;
-	closer_put(j->pending[i].entry); /* off the loop when the recorder's */
-	j->pending[i].entry = NULL;
-	j->pending[i].pid = 0;
+	closer_put(j->follow->pending[i].entry); /* off the loop when the recorder's */
+	j->follow->pending[i].entry = NULL;
+	j->follow->pending[i].pid = 0;
 }
 
 /* A followed process runs on from a stop bpf/follow.bpf.c made (how: STOP_*; tid: the
@@ -69,14 +70,27 @@ static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
 	pending_drop(j, pid);
 	struct proc *p = NULL;
-	if (j->node ? record_wanted(&j->opts->record, j->match, pid) : target_is_python(pid)) {
+	if (j->node ? record_wanted(&j->opts->record, j->node->match, pid) : target_is_python(pid)) {
+		if (j->follow->execs_only) {
+			/* a launched command's Python: an exec of it ends its trace (the
+			 * session's), what it runs then is not traced */
+			uint32_t key = (uint32_t)pid;
+			bpf_map__delete_elem(j->follow->skel->maps.followed, &key, sizeof(key), 0);
+			hold_no_execs(pid);
+		}
 		p = proc_start(j, pid, 0, "exec");
-		if (p && j->node && proc_numeric(j, p))
-			; /* --numeric could not hold it: said, not traced */
+		if (p && j->opts->cupti)
+			cupti_attach_trace(&p->s.trace);
+		if (p && proc_numeric(j, p))
+			p = NULL; /* --numeric could not hold it: said, not traced */
 		else if (p)
 			session_announce(&p->s);
 		else
 			j->failed = 1;
+		if (!p && j->follow->execs_only) {
+			command_untraceable(j, pid);
+			return;
+		}
 	} else {
 		debugx("%d is not Python: %s", pid, j->node ? "let go" : "followed, not traced");
 	}
@@ -85,7 +99,7 @@ static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 		/* the recorder held it at its exec (follow_node_exec), and does not trace it:
 		 * it runs on unseized and unfollowed, as if the recorder had never seen it */
 		uint32_t key = (uint32_t)pid;
-		bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
+		bpf_map__delete_elem(j->follow->skel->maps.followed, &key, sizeof(key), 0);
 		hold_release(pid, 0);
 	}
 }
@@ -101,7 +115,7 @@ static void hold_to_entry(struct job *j, pid_t pid, pid_t tid, int how, uid_t ui
 	struct elf_file *f = elf_file_open(exe);
 	int i = pending_slot(j, pid, 1);
 	if (i < 0 || !f || elf_file_vaddr_to_offset(f, elf_file_entry(f), &off) ||
-	    !(j->pending[i].entry = attach_uprobe(j->fskel->progs.follow_entry, 0, pid, exe,
+	    !(j->follow->pending[i].entry = attach_uprobe(j->follow->skel->progs.follow_entry, 0, pid, exe,
 						   off, "the entry point"))) {
 		elf_file_close(f);
 		debugx("cannot probe the entry point of %d; looking at it now", pid);
@@ -109,9 +123,9 @@ static void hold_to_entry(struct job *j, pid_t pid, pid_t tid, int how, uid_t ui
 		return;
 	}
 	elf_file_close(f);
-	j->pending[i].how = how;
-	j->pending[i].uid = uid;
-	j->pending[i].since_ns = mono_ns();
+	j->follow->pending[i].how = how;
+	j->follow->pending[i].uid = uid;
+	j->follow->pending[i].since_ns = mono_ns();
 	resume(pid, tid, how);
 }
 
@@ -149,11 +163,11 @@ static int python_started(pid_t pid)
 
 int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 {
-	if (!record_chosen(&j->opts->record, j->match, pid) || !python_named(pid))
+	if (!record_chosen(&j->opts->record, j->node->match, pid) || !python_named(pid))
 		return 0;
 	int waiting = 0;
 	for (int i = 0; i < PENDING_MAX; i++)
-		waiting += j->pending[i].pid && j->pending[i].uid == uid;
+		waiting += j->follow->pending[i].pid && j->follow->pending[i].uid == uid;
 	if (waiting >= PENDING_MAX / 2) {
 		debugx("user %u has %d execs held at once: %d is left to the looks",
 		       (unsigned)uid, waiting, pid);
@@ -166,9 +180,9 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 		return 0;
 	}
 	uint32_t key = (uint32_t)pid, v = FOLLOWED;
-	bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v), BPF_ANY);
+	bpf_map__update_elem(j->follow->skel->maps.followed, &key, sizeof(key), &v, sizeof(v), BPF_ANY);
 	if (hold_stop_all(pid)) {
-		bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
+		bpf_map__delete_elem(j->follow->skel->maps.followed, &key, sizeof(key), 0);
 		hold_release(pid, 0);
 		debugx("%d did not stop at its exec: looked at a moment later", pid);
 		return 0;
@@ -183,10 +197,10 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 			follow_look(j, pid, 0, STOP_PTRACE);
 			return 1;
 		}
-		j->pending[i].entry = NULL;
-		j->pending[i].how = STOP_PTRACE;
-		j->pending[i].uid = uid;
-		j->pending[i].since_ns = 0;
+		j->follow->pending[i].entry = NULL;
+		j->follow->pending[i].how = STOP_PTRACE;
+		j->follow->pending[i].uid = uid;
+		j->follow->pending[i].since_ns = 0;
 	} else {
 		debugx("%d exec'd what may be a Python: held until its entry point", pid);
 		hold_to_entry(j, pid, 0, STOP_PTRACE, uid);
@@ -198,10 +212,10 @@ void follow_pending_late(struct job *j)
 {
 	uint64_t start = mono_ns(), now = start;
 	for (int i = 0; i < PENDING_MAX && now - start < LOOKS_ROUND_NS; i++, now = mono_ns()) {
-		pid_t pid = j->pending[i].pid;
-		if (!pid || now - j->pending[i].since_ns < PENDING_LATE_NS)
+		pid_t pid = j->follow->pending[i].pid;
+		if (!pid || now - j->follow->pending[i].since_ns < PENDING_LATE_NS)
 			continue;
-		if (!j->pending[i].entry) { /* held past its entry point, at its exec */
+		if (!j->follow->pending[i].entry) { /* held past its entry point, at its exec */
 			follow_look(j, pid, 0, STOP_PTRACE);
 			continue;
 		}
@@ -209,8 +223,8 @@ void follow_pending_late(struct job *j)
 		 * past that point before the probe was placed (the recorder came late, between
 		 * the entry point and its Python's start): once its Python has started, it is
 		 * attached where it stands, long before its imports have let it call a module */
-		j->pending[i].since_ns = now;
-		if (j->pending[i].how != STOP_PTRACE || !python_started(pid) || hold_stop_all(pid))
+		j->follow->pending[i].since_ns = now;
+		if (j->follow->pending[i].how != STOP_PTRACE || !python_started(pid) || hold_stop_all(pid))
 			continue;
 		debugx("%d: past its entry point before it was probed: attached where it stands",
 		       pid);
@@ -225,7 +239,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 	if (size < sizeof(*r))
 		return 0;
 	pid_t pid = (pid_t)r->hdr.pid;
-	if (j->unloading) {
+	if (j->follow->unloading) {
 		/* evmbpf stops: a process the programs stopped before they went is let go */
 		if (r->hdr.kind == FOLLOW_STOPPED || (r->hdr.kind == FOLLOW_FORK &&
 						       (r->why & FORK_HELD))) {
@@ -248,7 +262,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 				warnx_("a user has %u processes followed through their forks, its "
 				       "share (or all users' fill the table): %d, forked by %d, is "
 				       "not followed, nor the next ones past it (said once)",
-				       (unsigned)j->fskel->rodata->follow_user_max, pid,
+				       (unsigned)j->follow->skel->rodata->follow_user_max, pid,
 				       (int)r->hdr.tid);
 			else
 				debugx("%d is not followed: its user's share is taken", pid);
@@ -282,10 +296,10 @@ static int on_follow(void *ctx, void *data, size_t size)
 			break;
 		}
 		if (old) { /* a traced process exec'd: its trace ends */
-			session_step(&old->s, 0, 0);
+			session_step(&old->s);
 			old->s.ended = old->s.execed = 1;
 			old->s.exit_code = -1;
-			proc_end(old);
+			proc_end(j, old);
 		}
 		if (r->why == 2 || how == STOP_NONE) {
 			/* at its entry point; or not stopped, so already past it: looked at now */
@@ -298,7 +312,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 	}
 	case FOLLOW_EXIT:
 		pending_drop(j, pid);
-		if (pid == j->child)
+		if (pid == j->cmd.pid)
 			debugx("the command %d exited", pid);
 		break;
 	case FOLLOW_NODE_EXEC:
@@ -308,11 +322,11 @@ static int on_follow(void *ctx, void *data, size_t size)
 		    node_look_refused(j, pid, uid))
 			break; /* gone already, held now, or its user's share of the looks is full */
 		for (int i = 0; i < LOOKS_MAX; i++)
-			if (!j->looks[i].pid || j->looks[i].pid == pid) {
-				j->looks[i].uid = uid;
-				j->looks[i].pid = pid;
-				j->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
-				j->looks[i].tries = 0;
+			if (!j->node->looks[i].pid || j->node->looks[i].pid == pid) {
+				j->node->looks[i].uid = uid;
+				j->node->looks[i].pid = pid;
+				j->node->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
+				j->node->looks[i].tries = 0;
 				return 0;
 			}
 		debugx("more than %d execs at once: %d is not looked at", LOOKS_MAX, pid);
@@ -328,71 +342,111 @@ static int on_follow(void *ctx, void *data, size_t size)
 	return 0;
 }
 
+void follow_read(struct job *j)
+{
+	if (j->follow && j->follow->rb)
+		ring_buffer__consume(j->follow->rb);
+}
+
+int pending_count(const struct job *j)
+{
+	int n = 0;
+	for (int i = 0; j->follow && i < PENDING_MAX; i++)
+		n += j->follow->pending[i].pid != 0;
+	return n;
+}
+
 int follow_load(struct job *j)
 {
-	j->fskel = follow_bpf__open();
-	if (j->fskel) {
-		j->fskel->rodata->follow_node = j->node;
-		j->fskel->rodata->tracer_tgid = (uint32_t)getpid();
+	j->follow = xcalloc(1, sizeof(*j->follow));
+	/* a launched command alone: its execs are followed to its Python, not its forks */
+	j->follow->execs_only = !j->node && !j->opts->follow;
+	j->follow->skel = follow_bpf__open();
+	if (j->follow->skel) {
+		j->follow->skel->rodata->follow_node = j->node != NULL;
+		j->follow->skel->rodata->tracer_tgid = (uint32_t)getpid();
 		const char *most = getenv("EVMBPF_TEST_FOLLOW_USER_MAX"); /* tests only */
 		if (most && atoi(most) > 0)
-			j->fskel->rodata->follow_user_max = (uint32_t)atoi(most);
-		bpf_program__set_autoload(j->fskel->progs.follow_oom, j->node);
-		uprobes_multi_on(j->fskel->obj); /* the entry-point probes close fast too */
+			j->follow->skel->rodata->follow_user_max = (uint32_t)atoi(most);
+		bpf_program__set_autoload(j->follow->skel->progs.follow_oom, j->node != NULL);
+		bpf_program__set_autoload(j->follow->skel->progs.follow_fork, !j->follow->execs_only);
+		uprobes_multi_on(j->follow->skel->obj); /* the entry-point probes close fast too */
 	}
-	if (!j->fskel || follow_bpf__load(j->fskel)) {
-		warnx_("cannot load the BPF programs of --follow: %s (run with -v for details)",
+	if (!j->follow->skel || follow_bpf__load(j->follow->skel)) {
+		warnx_("cannot load the BPF programs%s: %s (the kernel needs BTF, BPF ring buffers "
+		       "and uprobes; run with -v for details)",
+		       j->follow->execs_only ? " that hold the command at its execs" : " of --follow",
 		       strerror(errno));
-		follow_bpf__destroy(j->fskel);
-		j->fskel = NULL;
+		follow_bpf__destroy(j->follow->skel);
+		j->follow->skel = NULL;
 		return -1;
 	}
-	struct bpf_program *progs[3] = { j->fskel->progs.follow_fork, j->fskel->progs.follow_exec,
-					 j->fskel->progs.follow_exit };
-	for (int i = 0; i < 3; i++) {
-		j->flinks[i] = bpf_program__attach(progs[i]);
-		if (!j->flinks[i]) {
+	struct follow_bpf *skel = j->follow->skel;
+	struct bpf_program *progs[3] = { skel->progs.follow_exec, skel->progs.follow_exit,
+					 skel->progs.follow_fork };
+	for (int i = 0; i < 3 - j->follow->execs_only; i++) {
+		j->follow->links[i] = bpf_program__attach(progs[i]);
+		if (!j->follow->links[i]) {
 			warnx_("cannot attach --follow's %s: %s", bpf_program__name(progs[i]),
 			       strerror(errno));
 			return -1;
 		}
 	}
-	j->frb = ring_buffer__new(bpf_map__fd(j->fskel->maps.follow_events), on_follow, j, NULL);
-	if (!j->frb) {
+	j->follow->rb = ring_buffer__new(bpf_map__fd(j->follow->skel->maps.follow_events), on_follow, j, NULL);
+	if (!j->follow->rb) {
 		warnx_("cannot open the ring buffer: %s", strerror(errno));
 		return -1;
 	}
 	struct epoll_event ev = { .events = EPOLLIN };
-	epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(j->frb), &ev);
-	if (j->node && !(j->flinks[3] = bpf_program__attach(j->fskel->progs.follow_oom)))
+	epoll_ctl(j->ep, EPOLL_CTL_ADD, ring_buffer__epoll_fd(j->follow->rb), &ev);
+	if (j->node && !(j->follow->links[3] = bpf_program__attach(j->follow->skel->progs.follow_oom)))
 		warnx_("warning: the OOM killer's choice cannot be seen (oom:mark_victim: %s): a "
 		       "process it kills is said to be killed by SIGKILL", strerror(errno));
 	return 0;
 }
 
-void follow_unload(struct job *j)
+static void follow_unload(struct job *j)
 {
+	if (!j->follow)
+		return;
 	for (int i = 0; i < 4; i++)
-		bpf_link__destroy(j->flinks[i]);
+		bpf_link__destroy(j->follow->links[i]);
 	/* a process held between its exec and its entry point runs on untraced */
 	for (int i = 0; i < PENDING_MAX; i++)
-		if (j->pending[i].pid) {
-			pid_t pid = j->pending[i].pid;
-			int how = j->pending[i].how;
+		if (j->follow->pending[i].pid) {
+			pid_t pid = j->follow->pending[i].pid;
+			int how = j->follow->pending[i].how;
 			pending_drop(j, pid);
 			if (how == STOP_SIGSTOP) /* a ptrace stop ends with the job's release */
 				resume(pid, 0, how);
 		}
 	/* the programs are gone: a stop they made whose record is still in the ring (an
 	 * exec, a fork, an entry point just before) would otherwise stand for good */
-	if (j->frb) {
-		j->unloading = 1;
-		ring_buffer__consume(j->frb);
+	if (j->follow->rb) {
+		j->follow->unloading = 1;
+		ring_buffer__consume(j->follow->rb);
 	}
-	ring_buffer__free(j->frb);
-	if (j->fskel && j->fskel->bss->follow_dropped)
+	ring_buffer__free(j->follow->rb);
+	if (j->follow->skel && j->follow->skel->bss->follow_dropped)
 		warnx_("warning: %llu record(s) of the job's forks, execs and exits were lost (the "
 		       "ring buffer was full): processes they name may have run on untraced",
-		       (unsigned long long)j->fskel->bss->follow_dropped);
-	follow_bpf__destroy(j->fskel);
+		       (unsigned long long)j->follow->skel->bss->follow_dropped);
+	follow_bpf__destroy(j->follow->skel);
+	free(j->follow);
+	j->follow = NULL;
 }
+
+/* evmbpf record loads the programs in its own start (node_start), before its first look */
+static int follow_start(struct job *j)
+{
+	return j->follow ? 0 : follow_load(j);
+}
+
+static int follow_done(const struct job *j)
+{
+	return !pending_count(j);
+}
+
+const struct job_source source_follow = {
+	.name = "follow", .start = follow_start, .done = follow_done, .stop = follow_unload,
+};

@@ -52,21 +52,21 @@ static int free_slot(struct job *j)
  * record's word for when it attached ("running", "exec", "fork"). */
 struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded)
 {
-	j->unreadable = 0;
-	j->full = j->n == JOB_MAX && !free_slot(j);
-	if (j->full) {
+	j->room.unreadable = 0;
+	j->room.full = j->n == JOB_MAX && !free_slot(j);
+	if (j->room.full) {
 		/* said once, when the room runs out, and how many went untraced once it is back */
-		if (!j->untraced++)
+		if (!j->room.untraced++)
 			warnx_("more than %d processes at once: %d is not traced, nor any other "
 			       "until one ends", JOB_MAX, pid);
 		else
 			debugx("more than %d processes at once: %d is not traced", JOB_MAX, pid);
 		return NULL;
 	}
-	if (j->untraced) {
-		warnx_("%d process%s not traced while %d were", j->untraced,
-		       j->untraced == 1 ? " was" : "es were", JOB_MAX);
-		j->untraced = 0;
+	if (j->room.untraced) {
+		warnx_("%d process%s not traced while %d were", j->room.untraced,
+		       j->room.untraced == 1 ? " was" : "es were", JOB_MAX);
+		j->room.untraced = 0;
 	}
 	uid_t uid = j->node ? node_proc_uid(pid) : 0;
 	if (j->node && node_slot_refused(j, pid, uid))
@@ -93,7 +93,7 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 	}
 	p->s.out = p->out;
 	if (session_prepare(&p->s, pid)) {
-		j->unreadable = p->s.unreadable;
+		j->room.unreadable = p->s.unreadable;
 		proc_abandon(p);
 		return NULL;
 	}
@@ -103,20 +103,22 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 	}
 	if (j->node)
 		p->who = record_who(&p->s.target, uid, p->rank);
-	/* a summary line a process at its end; no live line (several would fight over it) */
-	status_start(&p->s.status, j->opts->quiet || j->node, p->out);
-	p->s.status.live = 0;
+	/* a summary line a process at its end; no live line where there may be several (they
+	 * would fight over it) */
+	status_start(&p->s.status, j->opts->quiet || j->node || p->s.floor, p->out);
+	if (!j->one)
+		p->s.status.live = 0;
 	p->live = 1;
 	j->procs[j->n++] = p;
 	j->traced++;
-	if (j->fskel) {
+	if (j->follow && !j->follow->execs_only) {
 		uint32_t v = FOLLOWED | FOLLOWED_PYTHON, key = (uint32_t)pid;
-		bpf_map__update_elem(j->fskel->maps.followed, &key, sizeof(key), &v, sizeof(v),
+		bpf_map__update_elem(j->follow->skel->maps.followed, &key, sizeof(key), &v, sizeof(v),
 				     BPF_ANY);
 		/* gone meanwhile: its exit was not followed, so its entry would outlive it, and
 		 * the next process given its pid would be stopped at its exec as if followed */
 		if (process_gone(pid))
-			bpf_map__delete_elem(j->fskel->maps.followed, &key, sizeof(key), 0);
+			bpf_map__delete_elem(j->follow->skel->maps.followed, &key, sizeof(key), 0);
 	}
 	return p;
 }
@@ -136,7 +138,7 @@ static void end_words(const struct session *s, char *out, size_t cap)
 		snprintf(out, cap, "exit status %d", (code >> 8) & 0xff);
 }
 
-void proc_end(struct proc *p)
+void proc_end(struct job *j, struct proc *p)
 {
 	if (!p->live)
 		return;
@@ -169,6 +171,15 @@ void proc_end(struct proc *p)
 	}
 	int rc = session_finish(&p->s);
 	watchdog_forget(p->s.target.pid);
+	if (rc && rc != TRACE_KEPT)
+		j->failed = 1; /* said */
+	if (j->one) {
+		/* the tracer's one process: its summary line says where its trace went */
+		if (p->s.execed && !stop_signal)
+			fprintf(stderr, "%d exec'd another program: the trace ends here, the new "
+				"program is not traced\n", p->s.target.pid);
+		return;
+	}
 	if (p->s.discard) {
 		debugx("%d ended (%s): no trace needed", p->s.target.pid, how[0] ? how : "-");
 	} else if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
@@ -217,10 +228,15 @@ void proc_nonfinite(struct job *j, struct proc *p)
 		p->s.discard = retention_room(p->opts.record.dir, p->s.target.pid, "trace", p->out,
 					      trace_tail_bytes(&p->s.trace), 0) != RETENTION_ROOM;
 	}
-	session_stop_nonfinite(&p->s, 0);
+	if (session_stop_nonfinite(&p->s, 0) == 1)
+		j->failed = 1; /* its trace could not be written: said */
 	watchdog_forget(p->s.target.pid);
-	if (!p->s.discard)
+	if (!p->s.discard && !j->one)
 		fprintf(stderr, "%d: trace in %s\n", p->s.target.pid, p->out);
+	/* evmbpf's own child: waited for, so that it is not left in an orphaned process
+	 * group (which the kernel would send SIGHUP) */
+	if (!j->nonfinite && j->cmd.pid > 0 && !j->cmd.done)
+		fprintf(stderr, "evmbpf waits for %d to end\n", j->cmd.pid);
 	j->nonfinite = 1;
 }
 

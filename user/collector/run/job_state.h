@@ -15,6 +15,8 @@ struct follow_bpf;
 struct pyre;
 struct ring_buffer;
 
+struct job;
+
 #define JOB_MAX 256
 #define PENDING_MAX 256
 #define PENDING_LATE_NS (200ull * 1000000ull)
@@ -62,16 +64,30 @@ struct kept_trace {
 	int tries;
 };
 
-struct job {
-	const struct tracer_opts *opts;
-	struct proc *procs[JOB_MAX];
-	int n, traced, failed;
-	int nonfinite;     /* --stop-on-nonfinite stopped one of them: exit status 3 */
-	int ep;
-	struct follow_bpf *fskel;
-	struct ring_buffer *frb;
+/* Where a job's processes come from (job.c): the --pid list (attach.c), a launched
+ * command (launch.c), the processes these start (job_follow.c: --follow, and a launched
+ * command's execs), the node (node.c: evmbpf record). The job starts each in turn, steps
+ * each at every round of its one loop, and ends once every source is done and no process
+ * it traces is live; then each lets go of what it holds, the last started first. A
+ * source's hooks may be NULL: nothing to do then. */
+struct job_source {
+	const char *name;
+	int (*start)(struct job *j);      /* 0; -1, said: the job does not run */
+	void (*step)(struct job *j);      /* each round, after the holds' stops (NULL: none) */
+	int (*done)(const struct job *j); /* 1: nothing more comes from it (NULL: never) */
+	void (*stop)(struct job *j);      /* the loop has ended: before the processes' ends */
+	void (*end)(struct job *j);       /* ... and after them, each let go (NULL: none) */
+};
+extern const struct job_source source_pids, source_command, source_follow, source_node;
+#define JOB_SOURCES 3
+
+/* job_follow.c: the follow programs, and the processes held between exec and entry */
+struct job_follow {
+	struct follow_bpf *skel;
+	struct ring_buffer *rb;
+	int execs_only;    /* a launched command without --follow: its execs, not its forks */
 	int unloading;     /* follow_unload: records left are stops to let go, nothing more */
-	struct bpf_link *flinks[4];
+	struct bpf_link *links[4];
 	struct {
 		pid_t pid;
 		struct probe *entry; /* its entry point's probe, between exec and entry (NULL:
@@ -80,29 +96,56 @@ struct job {
 		uid_t uid;              /* evmbpf record: its user, for the share of holds */
 		uint64_t since_ns;      /* when its entry point was probed */
 	} pending[PENDING_MAX];
-	pid_t child;       /* launch mode: the command */
-	int child_status, child_done;
-	/* evmbpf record: the node's execs, looked at LOOK_AFTER_NS later */
-	int node;
+};
+
+/* launch.c: the command */
+struct job_command {
+	pid_t pid;         /* 0: none */
+	int status, done;  /* its wait(2) status, once done */
+};
+
+/* node.c: evmbpf record's */
+struct job_node {
 	struct pyre *match;
 	struct {
 		pid_t pid;
 		uint64_t due_ns;
 		int tries;   /* looks put off: the process stood stopped */
 		uid_t uid;   /* its user, whose share it takes */
-	} looks[LOOKS_MAX];
+	} looks[LOOKS_MAX]; /* the node's execs, looked at LOOK_AFTER_NS later */
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 	struct kept_trace *kept; /* the traces a full disk kept */
 	int nkept;
+};
+
+/* job_proc.c: room for one more process */
+struct job_room {
 	int full;           /* the last proc_start found no room */
 	int unreadable;     /* the last proc_start that failed could not read the target's
 	                     * build (else it lacked a resource: open files, memory, ...) */
 	int untraced;       /* processes not traced for want of room since the last said */
 };
 
+struct job {
+	const struct tracer_opts *opts;
+	int one;           /* a job of one process (a command launched without --follow, one
+	                    * --pid): its live status line, and the tracer's words at its end */
+	const struct job_source *sources[JOB_SOURCES];
+	int nsources;
+	struct proc *procs[JOB_MAX];
+	int n, traced;
+	int failed;        /* a process could not be traced, or its trace written: status 1 */
+	int nonfinite;     /* --stop-on-nonfinite stopped one of them: exit status 3 */
+	int ep;            /* one epoll over every ring buffer */
+	struct job_room room;
+	struct job_command cmd;
+	struct job_follow *follow; /* NULL: no new process is followed */
+	struct job_node *node;     /* NULL: not evmbpf record */
+};
+
 /* job_proc.c: one process */
 struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *recorded);
-void proc_end(struct proc *p);
+void proc_end(struct job *j, struct proc *p);
 void proc_abandon(struct proc *p);
 void proc_free(struct proc *p);
 int proc_numeric(struct job *j, struct proc *p);
@@ -110,7 +153,8 @@ void proc_nonfinite(struct job *j, struct proc *p);
 struct proc *live_proc(struct job *j, pid_t pid);
 /* job_follow.c: new processes, from bpf/follow.bpf.c */
 int follow_load(struct job *j);
-void follow_unload(struct job *j);
+void follow_read(struct job *j);
+int pending_count(const struct job *j);
 int pending_slot(struct job *j, pid_t pid, int add);
 /* evmbpf record: a process the node exec'd, seized and held now (a ptrace stop, which no
  * parent sees) when it may be a Python the recorder takes, until its probes are placed:
@@ -121,9 +165,8 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid);
 /* A process held until its entry point that has not come there: looked at every
  * PENDING_LATE_NS, and attached where it stands once its Python has started. */
 void follow_pending_late(struct job *j);
-/* node.c: evmbpf record */
-void node_step(struct job *j);
-int node_start(struct job *j);
-void node_write_kept(struct job *j, int last);
+/* launch.c: the launched command, stopped at its entry point, cannot be traced: it is
+ * killed before it runs its own code (evmbpf's child, its one job) */
+void command_untraceable(struct job *j, pid_t pid);
 
 #endif

@@ -9,12 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "closer.h"
 #include "drivers.h"
 #include "dump.h"
 #include "dump_print.h"
 #include "job_state.h"
 #include "node_share.h"
+#include "objects.h"
 #include "procstate.h"
+#include "pyre.h"
 #include "record.h"
 #include "retention.h"
 #include "session.h"
@@ -25,19 +28,19 @@
 /* Look at an exec again in 500 ms, unless it has been put off `most` times: 1 put off. */
 static int look_again(struct job *j, int i, uint64_t now, int most)
 {
-	if (j->looks[i].tries >= most)
+	if (j->node->looks[i].tries >= most)
 		return 0;
-	j->looks[i].tries++;
-	j->looks[i].due_ns = now + 500ull * 1000000ull;
+	j->node->looks[i].tries++;
+	j->node->looks[i].due_ns = now + 500ull * 1000000ull;
 	return 1;
 }
 
 /* The exec waiting in looks[i], looked at now: traced, put off, or dropped. */
 static void node_look(struct job *j, int i, uint64_t now)
 {
-	pid_t pid = j->looks[i].pid;
+	pid_t pid = j->node->looks[i].pid;
 	if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0) {
-		j->looks[i].pid = 0;
+		j->node->looks[i].pid = 0;
 		return; /* already traced (a traced process's exec is --follow's) */
 	}
 	/* stopped (another tracer holds it at its exec, before the loader has relocated
@@ -48,12 +51,12 @@ static void node_look(struct job *j, int i, uint64_t now)
 	char state = stat_state(stat);
 	if ((state == 'T' || state == 't') && look_again(j, i, now, 120))
 		return;
-	if (!record_wanted(&j->opts->record, j->match, pid)) {
-		j->looks[i].pid = 0;
+	if (!record_wanted(&j->opts->record, j->node->match, pid)) {
+		j->node->looks[i].pid = 0;
 		return;
 	}
 	if (record_exe_refused(pid)) {
-		j->looks[i].pid = 0;
+		j->node->looks[i].pid = 0;
 		debugx("%d: its Python could not be traced before: skipped", pid);
 		return;
 	}
@@ -66,12 +69,12 @@ static void node_look(struct job *j, int i, uint64_t now)
 	if (target_inspect_quiet(&probe, pid) && !process_gone(pid) &&
 	    look_again(j, i, now, 20))
 		return;
-	j->looks[i].pid = 0;
+	j->node->looks[i].pid = 0;
 	if (process_gone(pid)) {
 		/* ended within a moment of its exec (`python3 -c ...`, no torch): said with -v;
 		 * one that waited for a busy recorder: said, its death not lost without a word */
-		uint64_t late_ns = now > j->looks[i].due_ns ? now - j->looks[i].due_ns : 0;
-		if (j->looks[i].tries || late_ns > 1000000000ull)
+		uint64_t late_ns = now > j->node->looks[i].due_ns ? now - j->node->looks[i].due_ns : 0;
+		if (j->node->looks[i].tries || late_ns > 1000000000ull)
 			warnx_("%d ended before the recorder attached to it (it waited %.1f s for a "
 			       "busy recorder): nothing recorded", pid, (double)late_ns / 1e9);
 		else
@@ -79,11 +82,11 @@ static void node_look(struct job *j, int i, uint64_t now)
 		return;
 	}
 	debugx("%d exec'd a Python %s ago: looked at (state %c)", pid,
-	       j->looks[i].tries ? "a while" : "a moment", state ? state : '?');
+	       j->node->looks[i].tries ? "a while" : "a moment", state ? state : '?');
 	struct proc *p = proc_start(j, pid, 0, "exec");
 	if (p && !proc_numeric(j, p))
 		session_announce(&p->s);
-	else if (!p && !j->full && j->unreadable && !process_gone(pid))
+	else if (!p && !j->room.full && j->room.unreadable && !process_gone(pid))
 		record_exe_refuse(pid); /* said once; its like skipped from now on */
 }
 
@@ -95,7 +98,7 @@ static void node_looks(struct job *j)
 	uint64_t start = mono_ns(), now = start;
 	int i;
 	while (now - start < LOOKS_ROUND_NS && (i = node_next_look(j, now)) >= 0) {
-		uid_t uid = j->looks[i].uid;
+		uid_t uid = j->node->looks[i].uid;
 		node_look(j, i, now);
 		node_served(uid);
 		now = mono_ns();
@@ -141,7 +144,7 @@ static int flush_one(struct job *j, struct proc *p, const char *why, char *path,
 	pid_t pid = p->s.target.pid;
 	if (record_flush_path(p->out, p->flushes + 1, path, cap))
 		return -1;
-	session_step(&p->s, 0, 0); /* what the ring buffer holds first */
+	session_step(&p->s); /* what the ring buffer holds first */
 	struct buf threads = {0};
 	threads_now(&p->s, &threads);
 	/* its room made first, when there is a file to write (said when there is none) */
@@ -224,12 +227,12 @@ static void node_hangs(struct job *j)
 static void node_bound(struct job *j)
 {
 	uint64_t now = mono_ns();
-	if (now - j->bound_ns < 1000000000ull)
+	if (now - j->node->bound_ns < 1000000000ull)
 		return;
-	j->bound_ns = now;
+	j->node->bound_ns = now;
 	uint64_t kept = 0; /* the traces a full disk kept take their part first */
-	for (int i = 0; i < j->nkept; i++)
-		kept += j->kept[i].len;
+	for (int i = 0; i < j->node->nkept; i++)
+		kept += j->node->kept[i].len;
 	uint64_t max = j->opts->record.max_memory;
 	node_shares(j, max > 2 * kept ? max - kept : max / 2);
 	for (int i = 0; i < j->n; i++) {
@@ -246,7 +249,7 @@ static void node_bound(struct job *j)
 	}
 }
 
-/* An ended process whose trace a full disk kept: its file's bytes wait in j->kept, the
+/* An ended process whose trace a full disk kept: its file's bytes wait in j->node->kept, the
  * process's slot and everything else are freed. */
 static void node_keep(struct job *j, struct proc *p)
 {
@@ -257,21 +260,21 @@ static void node_keep(struct job *j, struct proc *p)
 	snprintf(k.path, sizeof(k.path), "%s", p->out);
 	snprintf(k.how, sizeof(k.how), "%s", p->how);
 	k.due_ns = mono_ns() + KEPT_RETRY_NS;
-	j->kept = xrealloc(j->kept, (size_t)(j->nkept + 1) * sizeof(*j->kept));
-	j->kept[j->nkept++] = k;
+	j->node->kept = xrealloc(j->node->kept, (size_t)(j->node->nkept + 1) * sizeof(*j->node->kept));
+	j->node->kept[j->node->nkept++] = k;
 }
 
 /* The traces a full disk kept: tried again, each at its time (2 s, doubled at each try
  * up to 64 s; a try is a statvfs while the file system lacks room for it); `last`: the
  * recorder stops, what still cannot be written is lost (said). */
-void node_write_kept(struct job *j, int last)
+static void node_write_kept(struct job *j, int last)
 {
 	uint64_t now = mono_ns();
 	for (int i = 0; i < j->n; i++)
 		if (!j->procs[i]->live)
 			node_keep(j, j->procs[i]);
-	for (int i = 0; i < j->nkept;) {
-		struct kept_trace *k = &j->kept[i];
+	for (int i = 0; i < j->node->nkept;) {
+		struct kept_trace *k = &j->node->kept[i];
 		if (!last && now < k->due_ns) {
 			i++;
 			continue;
@@ -300,11 +303,11 @@ void node_write_kept(struct job *j, int last)
 			       "or --keep-free leaves no room)", k->pid, k->path);
 		}
 		free(k->data);
-		j->kept[i] = j->kept[--j->nkept];
+		j->node->kept[i] = j->node->kept[--j->node->nkept];
 	}
 }
 
-void node_step(struct job *j)
+static void node_step(struct job *j)
 {
 	/* the recorder runs for ever: what an ended process left goes now */
 	for (int i = 0; i < j->n;)
@@ -326,10 +329,15 @@ void node_step(struct job *j)
 }
 
 /* The Python processes running at the start: traced from now on. */
-int node_start(struct job *j)
+static int node_start(struct job *j)
 {
 	const struct record_opts *o = &j->opts->record;
-	if (record_match_compile(o, &j->match) || record_pidfile_write() ||
+	j->node = xcalloc(1, sizeof(*j->node));
+	/* the recorder runs for ever, its processes come and go: the next process of a
+	 * Python build finds that build's object loaded, verified once */
+	session_objects_keep(1);
+	closer_start(); /* an ended process's links close off the loop */
+	if (record_match_compile(o, &j->node->match) || record_pidfile_write() ||
 	    retention_start(o->dir))
 		return -1;
 	record_flush_catch();
@@ -337,13 +345,13 @@ int node_start(struct job *j)
 	if (follow_load(j))
 		return -1;
 	pid_t pids[JOB_MAX];
-	int n = record_scan(o, j->match, pids, JOB_MAX), traced = 0;
+	int n = record_scan(o, j->node->match, pids, JOB_MAX), traced = 0;
 	for (int i = 0; i < n; i++) {
 		if (record_exe_refused(pids[i]))
 			continue;
 		struct proc *p = proc_start(j, pids[i], 0, "running");
 		if (!p) {
-			if (!j->full && j->unreadable && !process_gone(pids[i]))
+			if (!j->room.full && j->room.unreadable && !process_gone(pids[i]))
 				record_exe_refuse(pids[i]);
 			continue;
 		}
@@ -360,3 +368,22 @@ int node_start(struct job *j)
 		traced == 1 ? "" : "es", o->dir);
 	return 0;
 }
+
+/* The recorder stops: the traces a full disk kept are tried a last time. */
+static void node_end(struct job *j)
+{
+	if (!j->node)
+		return;
+	node_write_kept(j, 1);
+	record_pidfile_remove();
+	pyre_free(j->node->match);
+	for (int i = 0; i < j->node->nkept; i++)
+		free(j->node->kept[i].data);
+	free(j->node->kept);
+	free(j->node);
+	j->node = NULL;
+}
+
+const struct job_source source_node = {
+	.name = "node", .start = node_start, .step = node_step, .end = node_end,
+};

@@ -93,7 +93,7 @@ int node_look_refused(const struct job *j, pid_t pid, uid_t uid)
 {
 	int waiting = 0;
 	for (int i = 0; i < LOOKS_MAX; i++)
-		waiting += j->looks[i].pid && j->looks[i].pid != pid && j->looks[i].uid == uid;
+		waiting += j->node->looks[i].pid && j->node->looks[i].pid != pid && j->node->looks[i].uid == uid;
 	struct user *u = user_of(uid);
 	if (waiting < USER_LOOKS_MAX) {
 		u->said_looks = 0;
@@ -113,11 +113,11 @@ int node_next_look(const struct job *j, uint64_t now)
 	int best = -1;
 	uint64_t best_served = 0;
 	for (int i = 0; i < LOOKS_MAX; i++) {
-		if (!j->looks[i].pid || j->looks[i].due_ns > now)
+		if (!j->node->looks[i].pid || j->node->looks[i].due_ns > now)
 			continue;
-		uint64_t served = user_of(j->looks[i].uid)->served_ns;
+		uint64_t served = user_of(j->node->looks[i].uid)->served_ns;
 		if (best < 0 || served < best_served ||
-		    (served == best_served && j->looks[i].due_ns < j->looks[best].due_ns)) {
+		    (served == best_served && j->node->looks[i].due_ns < j->node->looks[best].due_ns)) {
 			best = i;
 			best_served = served;
 		}

@@ -1,4 +1,4 @@
-/* The tracer's top: privileges checked, signals caught, the driver the mode names run. */
+/* The tracer's top: privileges checked, signals caught, the job run. */
 #include "tracer_run.h"
 
 #include <signal.h>
@@ -31,9 +31,7 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
-	int rc = opts->mode == TRACE_JOB || opts->mode == TRACE_NODE ? run_job(opts)
-		 : opts->mode == TRACE_COMMAND ? run_launch(opts)
-					       : run_attach(opts);
+	int rc = run_job(opts);
 	watchdog_stop();
 	return rc;
 }

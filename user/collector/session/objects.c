@@ -168,7 +168,7 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 	/* each process's ring is made with its slot (objects.c, --ringbuf-mb); the kernel
 	 * compares no ring's size with the template's */
 	/* module records wake the collector only when a quarter of the ring is waiting;
-	 * session_collect() reads it every 100 ms whatever happens */
+	 * the job's loop reads it every 100 ms whatever happens */
 	skel->rodata->wakeup_bytes = (uint64_t)s->opts->ringbuf_mb << 18;
 	/* only the marker probe this Python's `with` takes is loaded (each is verified) */
 	bpf_program__set_autoload(skel->progs.marker_enter,

@@ -207,16 +207,15 @@ int session_prepare(struct session *s, pid_t pid)
 	return 0;
 }
 
-/* One round of reading: up to timeout_ms for records, into the trace, then whether the
- * target is still there. 0 go on, 1 stop (the ring buffer or the file failed). */
-int session_step(struct session *s, pid_t child, int timeout_ms)
+/* One round of reading (the job's loop waits for the rings): the records there, into
+ * the trace, then whether the target is still there. 0 go on, 1 stop (the ring buffer or
+ * the file failed). */
+int session_step(struct session *s)
 {
 	status_tick(&s->status, &s->trace, s->ps ? s->ps->dropped_records : 0);
 	cudamem_session_step(s);
-	int n = s->rb ? ring_buffer__poll(s->rb, timeout_ms)
-		      : (timeout_ms ? usleep((useconds_t)timeout_ms * 1000) : 0, 0);
-	if (n >= 0 && s->rb) /* records that asked for no wakeup */
-		n = ring_buffer__consume(s->rb);
+	/* records that asked for no wakeup too */
+	int n = s->rb ? ring_buffer__consume(s->rb) : 0;
 	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
 		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
@@ -246,15 +245,7 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 		       strerror(write_error));
 		return 1;
 	}
-	if (child > 0) {
-		int status;
-		pid_t w = hold_leader_exit(child, &status) ? child
-			  : hold_active(child) ? 0 : waitpid(child, &status, WNOHANG);
-		if (w == child && (WIFEXITED(status) || WIFSIGNALED(status))) {
-			s->ended = 1;
-			s->exit_code = status;
-		}
-	} else if (process_gone(s->target.pid)) {
+	if (process_gone(s->target.pid)) {
 		if (s->rb)
 			ring_buffer__consume(s->rb);
 		if (!s->ended) {
@@ -266,28 +257,16 @@ int session_step(struct session *s, pid_t child, int timeout_ms)
 			       "side's", s->target.pid, s->exit_code);
 		}
 	}
-	return 0;
-}
-
-/* Poll until the target ends or a signal asks us to stop. `child` > 0: launch mode. */
-void session_collect(struct session *s, pid_t child)
-{
 	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
 	 * first forward began (not at an earlier record, such as the host module's import), so
 	 * that the ring buffer overflows on purpose */
-	const char *stall = getenv("EVMBPF_TEST_STALL_MS");
-	long stall_ms = stall ? atol(stall) : 0;
-	status_start(&s->status, s->opts->quiet || s->floor, s->opts->out);
-	while (!s->ended && !stop_signal && !s->trace.nonfinite) {
-		if (session_step(s, child, 100))
-			break;
-		if (stall_ms > 0 && s->trace.forward_id > 0) {
-			usleep((useconds_t)stall_ms * 1000);
-			stall_ms = 0;
-		}
+	if (!s->stalled && s->trace.forward_id > 0) {
+		const char *stall = getenv("EVMBPF_TEST_STALL_MS");
+		s->stalled = 1;
+		if (stall && atol(stall) > 0)
+			usleep((useconds_t)atol(stall) * 1000);
 	}
-	if (s->rb && !s->trace.nonfinite)
-		ring_buffer__consume(s->rb);
+	return 0;
 }
 
 /* --stats FILE: what a benchmark wants to know about the collector, as one JSON object. */

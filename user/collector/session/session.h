@@ -17,11 +17,8 @@ int session_prepare(struct session *s, pid_t pid);
 void session_abandon(struct session *s);
 /* "attached to PID ..." on stderr; marks the end of the attach for --stats. */
 void session_announce(struct session *s);
-/* Read records until the target ends or a signal asks to stop. `child` > 0: launch
- * mode's child, reaped here. */
-void session_collect(struct session *s, pid_t child);
-/* One round of session_collect (timeout_ms for records); 1: stop (a failure). */
-int session_step(struct session *s, pid_t child, int timeout_ms);
+/* One round of the job's loop: the records its ring holds; 1: stop (a failure). */
+int session_step(struct session *s);
 /* One ring buffer record (ring_buffer__new's callback; ctx: the session). */
 int session_record(void *ctx, void *data, size_t size);
 /* Detach, write the end of the trace and close it; 0, or -1 when it could not be written.

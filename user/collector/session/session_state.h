@@ -45,6 +45,7 @@ struct session {
 	int exit_code;    /* as wait(2) encodes it */
 	int execed;       /* the target exec'd another program: what came after is not traced */
 	int seized;       /* its threads are PTRACE_SEIZEd (hold.c): its probes may hold them */
+	int stalled;      /* EVMBPF_TEST_STALL_MS (tests only) has stalled its reading once */
 	struct status status; /* the status line and the summary line */
 	struct cudamem cuda;  /* CUDA memory counters: the allocator found in the target */
 };

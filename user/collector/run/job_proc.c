@@ -12,6 +12,7 @@
 #include "node_share.h"
 #include "numeric_session.h"
 #include "outpattern.h"
+#include "policy.h"
 #include "procstate.h"
 #include "record.h"
 #include "record_who.h"
@@ -154,8 +155,7 @@ void proc_end(struct job *j, struct proc *p)
 	char how[160] = "";
 	if (p->opts.trace.recorded) {
 		/* evmbpf record: a trace only for an end that needs one */
-		p->s.discard = !record_keep(&p->opts.record, p->s.ended, p->s.exit_code,
-					    p->s.trace.nonfinite != NULL, called);
+		p->s.discard = !policy_keep(&p->opts.record, p, called);
 		end_words(&p->s, how, sizeof(how));
 		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
 		trace_set_recorded_who(&p->s.trace, record_who_end(p->who, p->s.target.torch_version));

@@ -16,6 +16,7 @@
 #include "job_state.h"
 #include "node_share.h"
 #include "objects.h"
+#include "policy.h"
 #include "procstate.h"
 #include "pyre.h"
 #include "record.h"
@@ -184,39 +185,20 @@ static void node_flush(struct job *j, pid_t asked)
 		fprintf(stderr, "flush: no live tail had an event to write\n");
 }
 
-/* --hang-after: a thread of a live process inside a module call that long with no module
- * event of its own: its process's live tail written, once until the thread's next module
- * event. A process attached while modules ran that none of have returned counts from its
- * attach. Looked at once a second. */
-static void node_hangs(struct job *j)
+/* The policies' watches (policy.c: --hang-after), once a second: a live tail written
+ * for each process one of them names, the process running on. */
+static void node_watch(struct job *j)
 {
 	static uint64_t last;
-	uint64_t now = mono_ns(), after = j->opts->record.hang_after_ns;
-	if (!after || now - last < 1000000000ull)
+	uint64_t now = mono_ns();
+	if (now - last < 1000000000ull)
 		return;
 	last = now;
 	for (int i = 0; i < j->n; i++) {
 		struct proc *p = j->procs[i];
 		char why[256], path[PATH_MAX];
-		uint32_t tid;
-		const char *mod;
-		uint64_t since;
-		if (!p->live || !p->s.ps)
-			continue;
-		if (trace_hung_thread(&p->s.trace, now - after, &tid, &mod, &since)) {
-			snprintf(why, sizeof(why), "hang: thread %u in %s for %.1f s with no module "
-				 "event (--hang-after); the process runs on", tid, mod,
-				 (double)(now - since) / 1e9);
-		} else if (p->hung && !p->hung_said && p->s.ps->orphans_pending &&
-			   now - p->attached_ns >= after) {
-			p->hung_said = 1;
-			snprintf(why, sizeof(why), "hang: modules running since the attach, %.1f s "
-				 "ago, none returned (--hang-after); the process runs on",
-				 (double)(now - p->attached_ns) / 1e9);
-		} else {
-			continue;
-		}
-		if (!flush_one(j, p, why, path, sizeof(path)))
+		if (p->live && policy_watch(&j->opts->record, p, now, why, sizeof(why)) &&
+		    !flush_one(j, p, why, path, sizeof(path)))
 			fprintf(stderr, "%d: %s: live tail in %s\n", p->s.target.pid, why, path);
 	}
 }
@@ -320,7 +302,7 @@ static void node_step(struct job *j)
 		}
 	node_write_kept(j, 0);
 	follow_pending_late(j);
-	node_hangs(j);
+	node_watch(j);
 	node_looks(j);
 	pid_t asked = record_flush_asked();
 	if (asked)

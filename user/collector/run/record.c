@@ -220,16 +220,6 @@ int record_flush_path(const char *trace_path, int k, char *out, size_t cap)
 	return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,
-		int called)
-{
-	if (!called)
-		return 0; /* no module call: not a PyTorch process's end */
-	if (o->keep_all || nonfinite)
-		return 1;
-	return ended && exit_code > 0; /* a signal, or a status that is not 0 */
-}
-
 /* ---- executables that could not be traced ---- */
 
 #define REFUSED_MAX 64

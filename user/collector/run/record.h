@@ -34,10 +34,6 @@ const char *record_host(void);
 int record_path(const struct record_opts *o, pid_t pid, const char *rank, char *out, size_t cap);
 /* Its live tail's K-th flush: the trace's path with .flush-K before .jsonl. 0, or -1. */
 int record_flush_path(const char *trace_path, int k, char *out, size_t cap);
-/* Does this end deserve a trace? `ended`: the process ended (else the recorder stopped
- * first); exit_code as wait(2) encodes it; `called`: it called a module. */
-int record_keep(const struct record_opts *o, int ended, int exit_code, int nonfinite,
-		int called);
 
 /* A Python build evmbpf could not trace is named once: later processes of the same
  * executable are skipped without a word. refused(pid): 1 when its executable was

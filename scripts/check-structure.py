@@ -12,7 +12,9 @@ calls a function (not static) that the other defines. Printed:
 - the circles (parts that depend on each other, directly or round about), each with one
   path round it;
 - the size limits: C files over 800 lines (user/common/pyre.c excepted: it includes
-  reader_json.c), functions over 150 lines.
+  reader_json.c), functions over 150 lines;
+- a session's trace touched outside user/collector/trace/ other than through trace.h's
+  functions (`s->trace.FIELD`, `p->s.trace.FIELD`, or trace_state.h included).
 Exit status 1 when there is a circle or a limit is passed, 0 otherwise. --dot FILE writes
 the drawing as Graphviz. Read as text: comments and strings are blanked first, and a
 function is a name with a parameter list followed by a body at the top level. The
@@ -29,6 +31,8 @@ TREES = ("user", "bpf", "include", "agent")
 SEARCH = ("include", "user/common", "agent")
 FILE_LIMIT, FUNC_LIMIT = 800, 150
 FILE_EXEMPT = {"user/common/pyre.c"}
+# a session's trace by its fields (its options are tracer_opts.trace: opts->trace.X)
+TRACE_FIELD = re.compile(r"\b(?:s|p->s|old->s)(?:->|\.)trace\.[A-Za-z_]\w*")
 KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "defined", "do", "else",
             "case", "__attribute__", "typeof", "__typeof__", "_Static_assert", "offsetof",
             "__builtin_expect", "asm", "__asm__", "_Alignof", "__alignof__"}
@@ -140,6 +144,16 @@ def main():
             if last - first + 1 > FUNC_LIMIT:
                 problems.append(f"{f}:{first}: {name}() has {last - first + 1} lines "
                                 f"(more than {FUNC_LIMIT})")
+
+    for f in files:
+        if not f.startswith("user/collector/") or f.startswith("user/collector/trace/"):
+            continue
+        for m in TRACE_FIELD.finditer(clean[f]):
+            line = clean[f].count("\n", 0, m.start()) + 1
+            problems.append(f"{f}:{line}: {m.group(0)}: struct trace is trace/'s (a trace_* "
+                            f"function of trace.h)")
+        if re.search(r'^\s*#\s*include\s+"trace_state.h"', texts[f], re.M):
+            problems.append(f"{f}: includes trace_state.h: struct trace is trace/'s")
 
     arrows = collections.defaultdict(set)    # (a, b) -> what makes it
     for f in files:

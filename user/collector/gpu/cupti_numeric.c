@@ -26,7 +26,7 @@
 #include "cupti_stats.h"
 #include "numeric.h"
 #include "sink.h"
-#include "trace_state.h"
+#include "trace.h"
 #include "util.h"
 
 static int on;   /* the service was asked for: CUDA tensors are posted */
@@ -76,10 +76,7 @@ void cupti_numeric_setup(struct cupti_ring *ring, struct trace *t, int stop_on_n
 	/* lines wait for CUDA tensors' stats in front of the trace's sinks; the trace's
 	 * descriptions post CUDA tensors here */
 	stage.ops = &stage_ops;
-	stage.next = t->sink;
-	t->sink = &stage;
-	if (t->dctx)
-		t->dctx->cuda_stats = cupti_numeric_tensor;
+	trace_push_sink(t, &stage, cupti_numeric_tensor);
 }
 
 uint64_t cupti_numeric_pending(void)

@@ -91,10 +91,10 @@ void cupti_attach_trace(struct trace *t)
 	if (!c.active)
 		return;
 	c.trace = t;
-	t->gpu = &c.calls;
+	trace_set_gpu(t, &c.calls);
 	c.calls.ring = c.ring;   /* the trace header's `cupti`, when the agent runs by then */
-	if (t->opts.numeric) /* before the command runs: the agent reads it at cuInit */
-		cupti_numeric_setup(c.ring, t, t->opts.stop_on_nonfinite);
+	if (trace_numeric(t)) /* before the command runs: the agent reads it at cuInit */
+		cupti_numeric_setup(c.ring, t, trace_stops_on_nonfinite(t));
 	/* only the command needs them; its children see them through its environment */
 	unsetenv("CUDA_INJECTION64_PATH");
 	unsetenv("EVMBPF_CUPTI_FD");
@@ -241,7 +241,7 @@ static void put_work(struct buf *b, int *first, const struct gpu_work *w)
 void gpu_calls_write(struct trace *t, struct gpu_calls *g, uint64_t ring_dropped)
 {
 	gpu_calls_resolve(g);
-	for (size_t i = 0; i < g->ncalls && t->opts.tail <= 0; i++) {
+	for (size_t i = 0; i < g->ncalls && trace_tail_lines(t) <= 0; i++) {
 		const struct gpu_call *k = &g->calls[i];
 		if (!k->total.kernels && !k->total.memcpys && !k->total.memsets)
 			continue;
@@ -289,7 +289,7 @@ void cupti_finish(struct trace *t)
 	drain(t, NULL);
 	/* --numeric: results still in flight, for a few seconds at most (the agent may be
 	 * gone with its process: then none come) */
-	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000 && !t->nonfinite &&
+	for (uint64_t waited = 0; cupti_numeric_pending() && waited < 5000 && !trace_nonfinite(t) &&
 				  __atomic_load_n(&c.ring->state, __ATOMIC_ACQUIRE) == 1; waited += 2) {
 		usleep(2000);
 		drain(t, NULL);
@@ -305,14 +305,14 @@ void cupti_finish(struct trace *t)
 	else {
 		if (state == 1)
 			warnx_("--cupti: the agent did not flush at the end (%s): GPU activity still in "
-			       "CUPTI's buffers is missing", t->nonfinite ? "the target is stopped"
+			       "CUPTI's buffers is missing", trace_nonfinite(t) ? "the target is stopped"
 								 : "the target died?");
 		gpu_calls_write(t, &c.calls, dropped);
 		if (dropped + c.calls.lost)
 			warnx_("--cupti: %llu GPU activity records were lost",
 			       (unsigned long long)(dropped + c.calls.lost));
 	}
-	t->gpu = NULL;
+	trace_set_gpu(t, NULL);
 	gpu_calls_free(&c.calls);
 	munmap(c.ring, CUPTI_MAP_BYTES(CUPTI_RING_SLOTS));
 	close(c.fd);

@@ -60,7 +60,7 @@ static void job_loop(struct job *j)
 			if (session_step(&p->s)) {
 				j->failed = 1;
 				proc_end(j, p);
-			} else if (p->s.trace.nonfinite) {
+			} else if (trace_nonfinite(&p->s.trace)) {
 				proc_nonfinite(j, p);
 			} else if (p->s.ended) {
 				/* what the node told of it before its exit (the OOM killer's choice)

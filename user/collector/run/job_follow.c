@@ -334,7 +334,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 	case FOLLOW_OOM: {
 		struct proc *p = live_proc(j, pid);
 		if (p)
-			p->s.trace.oom_killed = 1;
+			trace_set_oom_killed(&p->s.trace);
 		debugx("the OOM killer chose %d", pid);
 		break;
 	}

@@ -128,13 +128,13 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 static void end_words(const struct session *s, char *out, size_t cap)
 {
 	int code = s->exit_code;
-	if (s->trace.nonfinite)
-		snprintf(out, cap, "a non-finite output in %s", s->trace.nonfinite);
+	if (trace_nonfinite(&s->trace))
+		snprintf(out, cap, "a non-finite output in %s", trace_nonfinite(&s->trace));
 	else if (!s->ended || code < 0)
 		snprintf(out, cap, "still running");
 	else if ((code & 0x7f) && (code & 0x7f) != 0x7f)
 		snprintf(out, cap, "killed by signal %d%s", code & 0x7f,
-			 s->trace.oom_killed ? ", the OOM killer's choice" : "");
+			 trace_oom_killed(&s->trace) ? ", the OOM killer's choice" : "");
 	else
 		snprintf(out, cap, "exit status %d", (code >> 8) & 0xff);
 }
@@ -144,7 +144,7 @@ void proc_end(struct job *j, struct proc *p)
 	if (!p->live)
 		return;
 	p->live = 0;
-	int called = p->s.trace.call_id > 0;
+	int called = trace_called(&p->s.trace);
 	if (!called && p->hung && p->s.ps && p->s.ps->orphans_pending) {
 		/* attached while modules ran, and none of them has returned (a hang begun
 		 * before the recorder): its file is the mark, with what they were */
@@ -157,7 +157,7 @@ void proc_end(struct job *j, struct proc *p)
 		/* evmbpf record: a trace only for an end that needs one */
 		p->s.discard = !policy_keep(&p->opts.record, p, called);
 		end_words(&p->s, how, sizeof(how));
-		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why), "%s", how);
+		trace_set_recorded_why(&p->s.trace, how);
 		trace_set_recorded_who(&p->s.trace, record_who_end(p->who, p->s.target.torch_version));
 		p->who = NULL;
 		if (!p->s.discard && called &&
@@ -222,8 +222,9 @@ void proc_nonfinite(struct job *j, struct proc *p)
 {
 	p->live = 0;
 	if (j->node) {
-		snprintf(p->s.trace.recorded_why, sizeof(p->s.trace.recorded_why),
-			 "a non-finite output in %s", p->s.trace.nonfinite);
+		char how[160];
+		snprintf(how, sizeof(how), "a non-finite output in %s", trace_nonfinite(&p->s.trace));
+		trace_set_recorded_why(&p->s.trace, how);
 		/* its room made in DIR first (none: not written, said; the process is stopped) */
 		p->s.discard = retention_room(p->opts.record.dir, p->s.target.pid, "trace", p->out,
 					      trace_tail_bytes(&p->s.trace), 0) != RETENTION_ROOM;

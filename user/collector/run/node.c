@@ -149,7 +149,7 @@ static int flush_one(struct job *j, struct proc *p, const char *why, char *path,
 	struct buf threads = {0};
 	threads_now(&p->s, &threads);
 	/* its room made first, when there is a file to write (said when there is none) */
-	if ((p->s.trace.events || threads.data) &&
+	if ((trace_events(&p->s.trace) || threads.data) &&
 	    retention_room(j->opts->record.dir, pid, "live tail", path,
 			   trace_tail_bytes(&p->s.trace) + threads.len, 0)) {
 		buf_free(&threads);

@@ -24,7 +24,7 @@ static int keep_all_keep(const struct record_opts *o, const struct proc *p)
 static int nonfinite_keep(const struct record_opts *o, const struct proc *p)
 {
 	(void)o;
-	return p->s.trace.nonfinite != NULL;
+	return trace_nonfinite(&p->s.trace) != NULL;
 }
 
 /* --hang-after: a thread inside a module call that long with no module event of its

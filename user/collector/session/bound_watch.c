@@ -155,7 +155,7 @@ int bound_skip(struct session *s, const void *data, size_t size)
 		return 1; /* the entry of the outer of two: nothing else in it */
 	/* the module call that found it is traced; the bound call's args ahead of its own
 	 * are skipped (trace.c: no bound entry pending) */
-	s->trace.bound.self = 0;
+	trace_bound_forget(&s->trace);
 	return 0;
 }
 

@@ -36,7 +36,7 @@ int session_stop_nonfinite(struct session *s, pid_t child)
 	if (wait_stopped(pid, 2000))
 		warnx_("warning: %d has not stopped yet (SIGSTOP sent)", pid);
 	fprintf(stderr, "%s produced a non-finite output: %d is stopped (SIGSTOP) just after it "
-		"returned; inspect it, or resume it with kill -CONT %d\n", s->trace.nonfinite, pid,
+		"returned; inspect it, or resume it with kill -CONT %d\n", trace_nonfinite(&s->trace), pid,
 		pid);
 	if (child > 0) {
 		/* evmbpf's own child: waited for, so that it is not left in an orphaned process

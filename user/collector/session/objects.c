@@ -279,8 +279,7 @@ int session_slot_open(struct session *s)
 	memset(s->ps, 0, sizeof(*s->ps));
 	s->ps->slot = (uint32_t)slot;
 	s->ps->tag = (uint64_t)slot << PROC_TAG_SHIFT;
-	s->trace.type_map_fd = bpf_map__fd(o->skel->maps.type_kinds);
-	s->trace.type_tag = s->ps->tag;
+	trace_set_types(&s->trace, bpf_map__fd(o->skel->maps.type_kinds), s->ps->tag);
 	/* its own ring buffer */
 	LIBBPF_OPTS(bpf_map_create_opts, mo);
 	s->ring_fd = bpf_map_create(BPF_MAP_TYPE_RINGBUF, "evmbpf_events", 0, 0,

@@ -55,7 +55,7 @@ int session_record(void *ctx, void *data, size_t size)
 		if (e->group_dead && h->pid == (uint32_t)s->target.pid) {
 			s->ended = 1;
 			s->exit_code = e->exit_code;
-			s->trace.end_ns = h->ts_ns;
+			trace_set_end(&s->trace, h->ts_ns);
 		}
 		return 0;
 	}
@@ -79,16 +79,14 @@ int session_record(void *ctx, void *data, size_t size)
 	/* a hold: the thread stops at its SIGURG just after this record was written, and is
 	 * read (its model, code objects, contexts, values) in that stop */
 	int held = (flags & REC_F_PTRACE) && !hold_wait((pid_t)h->tid);
-	s->trace.held = held;
 	if (h->kind == REC_ENTER && (flags & REC_F_HELD) && s->skel)
 		cudamem_session_held(s, h->tid);
-	trace_record(&s->trace, data, size);
+	trace_record(&s->trace, data, size, held);
 	if (h->kind == REC_SAMPLES_HOST && size >= sizeof(struct rec_samples))
 		samples_host_record(s, data);
-	s->trace.held = 0;
 	/* ring_buffer__poll() reads on while records come, so a busy target would freeze the
 	 * status line until it paused: redraw from here too (status_tick keeps to once a second) */
-	if (!(s->trace.records & 1023))
+	if (!(trace_records(&s->trace) & 1023))
 		status_tick(&s->status, &s->trace, s->ps ? s->ps->dropped_records : 0);
 	if (held) {
 		const char *delay = getenv("EVMBPF_TEST_HOLD_DELAY_MS"); /* tests only */
@@ -97,11 +95,11 @@ int session_record(void *ctx, void *data, size_t size)
 		/* read: it runs on (--stop-on-nonfinite's culprit stays held for its stop; under
 		 * --numeric --cupti the agent's reductions of its tensors are read first, in
 		 * session_step) */
-		if (!s->trace.nonfinite && !(s->opts->trace.numeric && s->opts->cupti))
+		if (!trace_nonfinite(&s->trace) && !(s->opts->trace.numeric && s->opts->cupti))
 			hold_continue_thread((pid_t)h->tid);
 	}
 	/* between records too: the target's signals, exits and new threads wait for this */
-	if (!(s->trace.records & 255))
+	if (!(trace_records(&s->trace) & 255))
 		hold_pump();
 	return 0;
 }
@@ -195,7 +193,7 @@ int session_prepare(struct session *s, pid_t pid)
 	memset(&s->cuda, 0, sizeof(s->cuda));
 	s->cuda.pid = pid;
 	s->cuda.available = -1;
-	s->trace.cuda = &s->cuda;
+	trace_set_cuda(&s->trace, &s->cuda);
 	if (session_load(s))
 		return -1;
 	s->rb = ring_buffer__new(s->ring_fd, session_record, s, NULL);
@@ -219,13 +217,13 @@ int session_step(struct session *s)
 	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
 		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
-	if (hold_active(s->target.pid) && !s->trace.nonfinite) {
+	if (hold_active(s->target.pid) && !trace_nonfinite(&s->trace)) {
 		/* stops to pass on; then the ring drained again: a thread held has written its
 		 * records before its stop, so every held thread's are read now and it runs on */
 		hold_pump();
 		if (s->rb)
 			ring_buffer__consume(s->rb);
-		if (!s->trace.nonfinite)
+		if (!trace_nonfinite(&s->trace))
 			hold_continue(s->target.pid);
 	}
 	if (s->ps && s->ps->dropped_records > s->dropped_reported) {
@@ -240,8 +238,8 @@ int session_step(struct session *s)
 	}
 	int write_error = trace_flush(&s->trace);
 	if (write_error) {
-		s->trace.write_reported = 1;
-		warnx_("cannot write %s: %s; detaching (the target runs on)", s->trace.out_path,
+		trace_write_failed(&s->trace);
+		warnx_("cannot write %s: %s; detaching (the target runs on)", trace_out_path(&s->trace),
 		       strerror(write_error));
 		return 1;
 	}
@@ -260,7 +258,7 @@ int session_step(struct session *s)
 	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
 	 * first forward began (not at an earlier record, such as the host module's import), so
 	 * that the ring buffer overflows on purpose */
-	if (!s->stalled && s->trace.forward_id > 0) {
+	if (!s->stalled && trace_forwarded(&s->trace)) {
 		const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 		s->stalled = 1;
 		if (stall && atol(stall) > 0)
@@ -284,8 +282,9 @@ static void write_stats(struct session *s)
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
 		"\"holds\": %llu, \"tensor_bytes\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
-		(unsigned long long)s->trace.records, (unsigned long long)s->trace.record_bytes,
-		(unsigned long long)s->trace.events,
+		(unsigned long long)trace_records(&s->trace),
+		(unsigned long long)trace_record_bytes(&s->trace),
+		(unsigned long long)trace_events(&s->trace),
 		(unsigned long long)(b ? b->dropped_records : 0),
 		(unsigned long long)(b ? b->dropped_bytes : 0),
 		(unsigned long long)(b ? b->truncated_records : 0),
@@ -326,7 +325,8 @@ int session_finish(struct session *s)
 	}
 	if (verbose && s->ps)
 		debugx("%llu records, %llu events, %llu truncated descriptions, %llu read faults",
-		       (unsigned long long)s->trace.records, (unsigned long long)s->trace.events,
+		       (unsigned long long)trace_records(&s->trace),
+		       (unsigned long long)trace_events(&s->trace),
 		       (unsigned long long)s->ps->truncated_records,
 		       (unsigned long long)s->ps->read_faults);
 	if (s->opts->stats)

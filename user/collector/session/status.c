@@ -53,18 +53,9 @@ static long long out_size(const struct status *st, const struct trace *t)
 	return S_ISREG(sb.st_mode) ? (long long)sb.st_size : -1;
 }
 
-/* The phase of the innermost running module of the first thread that runs one; when
- * none runs (between forwards), that of the last module entered. */
 static const char *current_phase(struct status *st, const struct trace *t)
 {
-	snprintf(st->phase, sizeof(st->phase), "%s", t->last_phase);
-	for (size_t i = 0; i < t->nthreads; i++) {
-		const struct thread_stack *s = &t->threads[i];
-		if (s->depth && s->frames[s->depth - 1].phase) {
-			snprintf(st->phase, sizeof(st->phase), "%s", s->frames[s->depth - 1].phase);
-			break;
-		}
-	}
+	snprintf(st->phase, sizeof(st->phase), "%s", trace_current_phase(t));
 	return st->phase[0] ? st->phase : "-";
 }
 
@@ -88,19 +79,19 @@ void status_tick(struct status *st, const struct trace *t, uint64_t dropped)
 	double now = now_s();
 	if (now - st->last < 1.0)
 		return;
-	double rate = (double)(t->events - st->last_events) / (now - st->last);
+	double rate = (double)(trace_events(t) - st->last_events) / (now - st->last);
 	st->last = now;
-	st->last_events = t->events;
+	st->last_events = trace_events(t);
 
 	char line[512], size[32];
 	int n = snprintf(line, sizeof(line), "%llu event%s (%.0f/s), %lld forward%s, phase %s, "
-			 "%llu dropped", (unsigned long long)t->events, plural(t->events), rate,
-			 (long long)t->forward_id, plural((uint64_t)t->forward_id),
+			 "%llu dropped", (unsigned long long)trace_events(t), plural(trace_events(t)), rate,
+			 (long long)trace_forward_id(t), plural((uint64_t)trace_forward_id(t)),
 			 current_phase(st, t), (unsigned long long)dropped);
 	long long bytes = out_size(st, t);
-	if (t->opts.tail > 0)
+	if (trace_tail_lines(t) > 0)
 		n += snprintf(line + n, sizeof(line) - (size_t)n, ", last %ld kept in memory",
-			      t->opts.tail);
+			      trace_tail_lines(t));
 	else if (bytes >= 0) {
 		human_bytes(size, sizeof(size), (double)bytes);
 		n += snprintf(line + n, sizeof(line) - (size_t)n, ", %s", size);
@@ -131,10 +122,10 @@ void status_end(struct status *st, const struct trace *t, uint64_t dropped)
 		human_bytes(size + 2, sizeof(size) - 2, (double)bytes);
 	}
 	char tail[48] = "";
-	if (t->opts.tail > 0 && t->events > (uint64_t)t->opts.tail)
-		snprintf(tail, sizeof(tail), " (the last %ld written)", t->opts.tail);
+	if (trace_tail_lines(t) > 0 && trace_events(t) > (uint64_t)trace_tail_lines(t))
+		snprintf(tail, sizeof(tail), " (the last %ld written)", trace_tail_lines(t));
 	fprintf(stderr, "evmbpf: %llu event%s%s, %lld forward%s, %llu dropped%s in %.1f s to %s\n",
-		(unsigned long long)t->events, plural(t->events), tail, (long long)t->forward_id,
-		plural((uint64_t)t->forward_id), (unsigned long long)dropped, size, now_s() - st->t0,
+		(unsigned long long)trace_events(t), plural(trace_events(t)), tail, (long long)trace_forward_id(t),
+		plural((uint64_t)trace_forward_id(t)), (unsigned long long)dropped, size, now_s() - st->t0,
 		strcmp(st->out, "-") ? st->out : "stdout");
 }

@@ -371,9 +371,10 @@ static void on_module_type(struct trace *t, const struct rec_module_type *r)
 		       name[0] ? name : "an unknown module");
 }
 
-void trace_record(struct trace *t, const void *data, size_t size)
+void trace_record(struct trace *t, const void *data, size_t size, int held)
 {
 	const struct rec_hdr *h = data;
+	t->held = held;
 	if (size < sizeof(*h) || h->size > size || t->nonfinite)
 		return;
 	t->records++;

@@ -10,13 +10,18 @@
 
 #include "trace_state.h"
 
+struct buf;
+struct dnode_tensor;
+struct dnode_tensor_data;
+
 /* Parse NAME=[MODULE:]QUALNAME; -1 when it is not of that form. */
 int phase_rule_parse(const char *text, struct phase_rule *out);
 
 int trace_open(struct trace *t, struct target *target, const char *path, int force,
 	       const struct trace_opts *opts);
-/* One record from the ring buffer. */
-void trace_record(struct trace *t, const void *data, size_t size);
+/* One record from the ring buffer; held: its thread waits in a hold while it is read
+ * (--numeric reads values only then). */
+void trace_record(struct trace *t, const void *data, size_t size, int held);
 /* The end of the trace: what the sinks keep is written (the --tail lines), then the
  * closing mark; 0, or -1 when the file could not be written (said on stderr).
  * evmbpf record's traces (deferred_file): TRACE_KEPT when the disk (or the quota) was
@@ -71,5 +76,44 @@ int trace_snapshot(struct trace *t, const char *path, const char *threads_json,
  * until its next module event); 0 none. */
 int trace_hung_thread(struct trace *t, uint64_t before_ns, uint32_t *tid, const char **module,
 		      uint64_t *since_ns);
+
+/* What the rest of the collector tells a trace (trace_set.c): */
+/* the target's exit, when its record came (CLOCK_REALTIME ns of the record) */
+void trace_set_end(struct trace *t, uint64_t ts_ns);
+/* the process's CUDA memory counters, for `mem` and the header's `cuda` (NULL: none) */
+void trace_set_cuda(struct trace *t, struct cudamem *cuda);
+/* its object's type names (a BPF map's fd, or -1) and the process's tag on their keys */
+void trace_set_types(struct trace *t, int type_map_fd, uint64_t type_tag);
+/* the OOM killer chose the process: its end says so */
+void trace_set_oom_killed(struct trace *t);
+/* evmbpf record: why the file is written (its closing mark's words) */
+void trace_set_recorded_why(struct trace *t, const char *why);
+/* --cupti: its module calls' GPU intervals (NULL: none) */
+void trace_set_gpu(struct trace *t, struct gpu_calls *gpu);
+/* --cupti --numeric: a sink in front of the trace's (lines wait there for CUDA tensors'
+ * stats), and where the descriptions post CUDA tensors */
+typedef void trace_cuda_stats_fn(struct describe_ctx *ctx, const struct dnode_tensor *t,
+				 const struct dnode_tensor_data *d, int dtype, struct buf *out);
+void trace_push_sink(struct trace *t, struct sink *stage, trace_cuda_stats_fn *cuda_stats);
+/* the bound call whose entry is pending is not this module call's (bound_watch.c) */
+void trace_bound_forget(struct trace *t);
+/* Writes failed, and the failure was said: the close says nothing more. */
+void trace_write_failed(struct trace *t);
+/* What a trace has come to: */
+const char *trace_nonfinite(const struct trace *t); /* the culprit's path, or NULL */
+uint64_t trace_records(const struct trace *t);
+uint64_t trace_events(const struct trace *t);
+int trace_called(const struct trace *t);     /* a module call was seen */
+int trace_forwarded(const struct trace *t);  /* a forward has begun */
+int trace_oom_killed(const struct trace *t);
+const char *trace_out_path(const struct trace *t);
+uint64_t trace_record_bytes(const struct trace *t);
+int64_t trace_forward_id(const struct trace *t);   /* the last forward's id (0: none) */
+long trace_tail_lines(const struct trace *t);      /* --tail N (0: streamed) */
+int trace_numeric(const struct trace *t);          /* --numeric */
+int trace_stops_on_nonfinite(const struct trace *t);
+/* The phase of the innermost running module of the first thread that runs one; when
+ * none runs (between forwards), that of the last module entered ("" : none yet). */
+const char *trace_current_phase(const struct trace *t);
 
 #endif

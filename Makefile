@@ -231,6 +231,7 @@ deps:
 test: deps
 	$(MAKE) all
 	$(MAKE) check-structure
+	$(MAKE) check-deps
 	$(MAKE) -C tests fuzz-build
 	$(PYTHON) -m pytest -q --durations=25 tests $(PYTEST_ARGS)
 

@@ -159,7 +159,9 @@ SEC("tp_btf/mark_victim")
 int BPF_PROG(follow_oom, struct task_struct *task, uid_t uid)
 {
 	__u32 tgid = task->tgid;
-	if (bpf_map_lookup_elem(&followed, &tgid))
+	/* the recorder: every victim (one it attached a moment ago may not be in `followed`
+	 * yet; user space keeps the last few by pid) */
+	if (follow_node || bpf_map_lookup_elem(&followed, &tgid))
 		report(FOLLOW_OOM, tgid, task->pid, 0, 0);
 	return 0;
 }

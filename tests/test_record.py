@@ -1859,3 +1859,36 @@ def test_hang_after(evmbpf, refs, tmp_path, begun):
     else:
         assert re.fullmatch(r"hang: modules running since the attach, \d+\.\d s ago, none "
                             r"returned \(--hang-after\); the process runs on", why), why
+
+
+def test_an_end_read_only_at_the_stop(evmbpf, refs, tmp_path):
+    """A process that raises while the recorder's loop is busy (a test knob stalls its
+    reading once, for 20 s, after the process's first forward has begun), its exit record
+    lost (a full ring: another knob), and SIGTERM while the loop is stalled: the loop
+    never saw the end, the stop finds the process gone and takes its status from the BPF
+    side, and the file is there, the reference's --tail trace (the build before took the
+    dead process for one still running at the stop and dropped its tail without a
+    word)."""
+    wanted = wanted_folder(tmp_path, FAULT_MODEL)
+    traces = tmp_path / "traces"
+    rec = Recorder(traces, "--match", WANTED, pidfile=tmp_path / "pid",
+                   env={"EVMBPF_TEST_STALL_MS": "20000", "EVMBPF_TEST_LOSE_EXIT": "1"})
+    proc = None
+    try:
+        proc = workload(str(wanted / "fault_model.py"),
+                        env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err[-2000:]
+        ended_before_stop = rec.count(rf"^{proc.pid}: trace in ")
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        rc = rec.stop()
+    assert rc == 0, rec.stderr()
+    # the stall held the loop from the first forward to the stop: the end came at the stop
+    assert ended_before_stop == 0, rec.stderr()
+    path = os.path.join(str(traces), f"evmbpf-{proc.pid}@{HOST}.jsonl")
+    assert os.path.exists(path), (files_of(traces), rec.stderr()[-3000:])
+    assert rec.count(rf"^{proc.pid}: trace in .* \(exit status 1\)") == 1, rec.stderr()[-3000:]
+    assert recorded_why(path) == "exit status 1"
+    assert_equals_reference_tail(refs["raise-tail"], path)

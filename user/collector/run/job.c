@@ -127,6 +127,10 @@ int run_job(const struct tracer_opts *opts)
 	for (int i = 0; i < j.n; i++) {
 		struct proc *p = j.procs[i];
 		int live = p->live && !p->s.ended && !process_gone(p->s.target.pid);
+		/* gone before the loop read its end: read now (its exit record, else the BPF
+		 * side's status), so that its end is kept as it asks, not taken for a detach */
+		if (p->live && !p->s.ended && !live)
+			session_step(&p->s);
 		proc_end(&j, p); /* what its ring holds first: an exit there ends it */
 		if (live)
 			detached++, last = p->s.target.pid;

@@ -335,6 +335,8 @@ static int on_follow(void *ctx, void *data, size_t size)
 		struct proc *p = live_proc(j, pid);
 		if (p)
 			trace_set_oom_killed(&p->s.trace);
+		if (j->node) /* and by pid: an end read before this record, or a second attach */
+			j->node->oom[j->node->noom++ % OOM_KEPT] = pid;
 		debugx("the OOM killer chose %d", pid);
 		break;
 	}

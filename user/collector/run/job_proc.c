@@ -153,6 +153,8 @@ void proc_end(struct job *j, struct proc *p)
 		p->hung = NULL;
 	}
 	char how[160] = "";
+	if (j->node && p->s.ended && oom_chose(j, p->s.target.pid))
+		trace_set_oom_killed(&p->s.trace);
 	if (p->opts.trace.recorded) {
 		/* evmbpf record: a trace only for an end that needs one */
 		p->s.discard = !policy_keep(&p->opts.record, p, called);
@@ -239,6 +241,16 @@ void proc_nonfinite(struct job *j, struct proc *p)
 	if (!j->nonfinite && j->cmd.pid > 0 && !j->cmd.done)
 		fprintf(stderr, "evmbpf waits for %d to end\n", j->cmd.pid);
 	j->nonfinite = 1;
+}
+
+int oom_chose(struct job *j, pid_t pid)
+{
+	for (int i = 0; j->node && i < OOM_KEPT && i < j->node->noom; i++)
+		if (j->node->oom[i] == pid) {
+			j->node->oom[i] = 0; /* told once: the pid may come round */
+			return 1;
+		}
+	return 0;
 }
 
 struct proc *live_proc(struct job *j, pid_t pid)

@@ -32,6 +32,8 @@ struct job;
 #define USER_LOOKS_MAX (LOOKS_MAX / 4)
 /* evmbpf record: the loop's time for looks at execs in one round (then the rings) */
 #define LOOKS_ROUND_NS (250ull * 1000000ull)
+/* evmbpf record: the OOM killer's choices remembered by pid */
+#define OOM_KEPT 64
 
 struct proc {
 	struct session s;
@@ -116,6 +118,8 @@ struct job_node {
 	uint64_t bound_ns;  /* when the tails' shares of --max-memory were last set */
 	struct kept_trace *kept; /* the traces a full disk kept */
 	int nkept;
+	pid_t oom[OOM_KEPT]; /* the OOM killer's last choices, for an end read after them */
+	int noom;
 };
 
 /* job_proc.c: room for one more process */
@@ -151,6 +155,8 @@ void proc_free(struct proc *p);
 int proc_numeric(struct job *j, struct proc *p);
 void proc_nonfinite(struct job *j, struct proc *p);
 struct proc *live_proc(struct job *j, pid_t pid);
+/* evmbpf record: did the OOM killer choose pid (its last OOM_KEPT choices)? Told once. */
+int oom_chose(struct job *j, pid_t pid);
 /* job_follow.c: new processes, from bpf/follow.bpf.c */
 int follow_load(struct job *j);
 void follow_read(struct job *j);

@@ -36,7 +36,9 @@ loaded machine makes it wait for a CPU is not counted), events per second in the
 dropped (BPF counter, and the trace's `dropped` event), the collector's CPU time and
 peak RSS (wait4 rusage of the evmbpf process), and the BPF programs' own run time per
 run (kernel.bpf_stats_enabled=1; bpftool prog show run_time_ns / run_cnt), and the two
-programs' run time per module call (BPF ns/call, from the fastest run).
+programs' run time per module call (BPF ns/call, from the fastest run), and the phase
+markers' program's runs per module call (each workload imports evalmetry.debug, as a host
+that marks phases outside its forwards does: --import-debug; none on the llama ones).
 
 Results go to bench-results/bench-YYYYmmddTHHMMSSZ.json; --compare FILE prints the
 change against an earlier results file. --soak S adds a streaming run and a --tail run of
@@ -62,6 +64,8 @@ EVMBPF = os.path.join(REPO, "build", "evmbpf")
 WORKLOAD = os.path.join(REPO, "scripts", "bench_workload.py")
 HOST_PYTHON = "/usr/bin/python3.11"
 PROG_NAMES = {"call_enter", "call_exit", "floor_enter", "floor_exit"}
+# the phase markers' probe (one of them is loaded, per Python): its runs per module call
+MARKER_PROGS = {"marker_enter", "marker_enter_ident", "marker_enter_stackref"}
 MODES = ["plain", "floor", "entry", "evmbpf", "tail", "reference", "numeric", "numeric_held",
          "reference_numeric"]
 ALL_MODES = MODES + ["base", "entry", "vectorcall"]
@@ -128,7 +132,7 @@ def bpf_prog_stats(pid):
     res = {}
     for pid_, (ns, cnt) in ids.items():
         name = names.get(pid_)
-        if name in PROG_NAMES:
+        if name in PROG_NAMES or name in MARKER_PROGS:
             res[name] = {"run_cnt": cnt, "run_time_ns": ns,
                          "ns_per_run": ns / cnt if cnt else None}
     return res
@@ -188,12 +192,14 @@ def run_one(wl, mode, tmp, opts, stop_collector=None, ringbuf_mb=None, duration=
     iters, warmup = ITERS[wl]
     if opts.iters:
         iters = opts.iters
-    extra = []
+    # every mode's host imports evalmetry.debug, as a host that marks phases outside its
+    # forwards: evmbpf's phase markers' probe is placed, and its runs counted
+    extra = [] if wl.startswith("llama") else ["--import-debug"]
     trace = os.path.join(tmp, f"{wl}-{mode}.jsonl")
     if os.path.exists(trace):
         os.unlink(trace)
     if mode in ("reference", "reference_numeric"):
-        extra = ["--reference-trace", trace]
+        extra += ["--reference-trace", trace]
     if mode == "reference_numeric":
         extra.append("--numeric")
     if duration:
@@ -331,6 +337,18 @@ def bpf_ns_per_module_call(r, calls_per_run):
     return ns / calls if calls else None
 
 
+def marker_runs_per_module_call(r, calls_per_run):
+    """The phase markers' program's runs in one run over its module calls (counted as
+    bpf_ns_per_module_call counts them); None when no marker program was loaded."""
+    bpf = r.get("bpf") or {}
+    runs = [bpf[p]["run_cnt"] for p in MARKER_PROGS if p in bpf]
+    if not runs:
+        return None
+    ev = (r.get("stats") or {}).get("events")
+    calls = ev / 2 if ev else (r["iters"] + r.get("warmup", 0) + 1) * r["calls_per_iter"]
+    return sum(runs) / calls if calls else None
+
+
 def summarize(runs):
     """Per workload and mode: medians, and µs added per module call against plain."""
     out = {}
@@ -359,6 +377,10 @@ def summarize(runs):
                         d[f"bpf_ns_{prog}"] = v
                 # both programs' run time per module call (they also run, and return
                 # early, at the other calls through slot_tp_call); the fastest run
+                markers = [marker_runs_per_module_call(r, calls) for r in m]
+                markers = [x for x in markers if x is not None]
+                if markers:
+                    d["marker_runs_per_call"] = med(markers)
                 per_call = [bpf_ns_per_module_call(r, calls) for r in m]
                 per_call = [x for x in per_call if x is not None]
                 if per_call:
@@ -448,6 +470,10 @@ def print_summary(summary, prev=None):
               f"{fmt(s['ratio_tail_floor'])}, reference/evmbpf {fmt(s['ratio_reference_evmbpf'], '.1f')} "
               f"(medians); from the fastest runs: {fmt(s['ratio_evmbpf_floor_min'])}, "
               f"{fmt(s['ratio_tail_floor_min'])}, {fmt(s['ratio_reference_evmbpf_min'], '.1f')}")
+        marker = [f"{mode} {fmt(d['marker_runs_per_call'], '.3f')}"
+                  for mode, d in s["modes"].items() if "marker_runs_per_call" in d]
+        print("phase markers' program, runs per module call (evalmetry.debug imported, no "
+              "phase inside forwards): " + (", ".join(marker) or "- (not loaded)"))
         M = s["modes"]
         if "entry" in M or "vectorcall" in M:
             def added(mode, key):

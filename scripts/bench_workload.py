@@ -4,7 +4,7 @@ work inside the process (time.perf_counter, after a warm-up), so that process st
 imports and model building are not counted. Prints one JSON line per step on stdout.
 
     bench_workload.py WORKLOAD [--iters N] [--warmup N] [--duration S] [--layers N]
-                      [--reference-trace OUT [--tail N]] [--sync]
+                      [--reference-trace OUT [--tail N]] [--sync] [--import-debug]
 
 WORKLOAD: small (a ModuleList of 200 nn.Identity called in a loop: the most module calls
 per second one Python thread can make, the worst case for overhead), linear (200 tiny
@@ -23,6 +23,9 @@ progress lines {"t": seconds, "iters": n, "cpu": this thread's CPU seconds} ever
 --reference-trace OUT: run under the reference in-process tracer (evalmetry.debug);
 --numeric: with its numeric mode on. The result has the process's peak RSS
 (getrusage ru_maxrss): the reference's numeric temporaries show there, evmbpf's none.
+--import-debug: import evalmetry.debug before the model is built, as a host that marks
+phases (outside its forwards) does: evmbpf places its phase markers' probe then, and
+scripts/bench.py counts that program's runs per module call.
 big: eight element-wise modules over a 1000x1000 float32 tensor (1M-element activations).
 """
 import argparse
@@ -142,9 +145,13 @@ def main():
     ap.add_argument("--tail", type=int)
     ap.add_argument("--numeric", action="store_true", help="the reference with numeric=True")
     ap.add_argument("--sync", action="store_true")
+    ap.add_argument("--import-debug", action="store_true")
     ap.add_argument("--layers", type=int, default=2, help="llama-depth: decoder layers")
     args = ap.parse_args()
 
+    if args.import_debug:
+        sys.path.insert(0, REFERENCE)
+        import evalmetry.debug  # noqa: F401
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -1,14 +1,16 @@
 """Phases rebuilt from the host's own markers, and from --phase rules."""
+import glob
 import json
 import os
+import re
 import subprocess
 import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
-                            compare_traces, load, run_launch, run_reference, host_kwargs,
-                            wait_for_line, Attached)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, PYENV, REF_WORKLOADS,
+                            REFERENCE, TEST_AIDS, compare_traces, load, run_launch,
+                            run_reference, host_kwargs, wait_for_line, Attached, chroot_dir)
 
 pytestmark = pytest.mark.root
 KWARGS = host_kwargs()
@@ -108,6 +110,57 @@ def test_marker_probe_waits_for_the_hosts_import(evmbpf, tmp_path):
     assert enters[-1]["phase"] == "late"
 
 
+def test_marker_probe_not_run_per_module_call(evmbpf, tmp_path):
+    """A host that imported evalmetry.debug (the probe placed at the attach) and marks no
+    phase inside its forwards: its module calls and isinstance() checks against
+    torch.Tensor run the marker program not once (the probe is on the eval loop's `with`
+    lookups, not on _PyObject_LookupSpecial, which isinstance() calls too on 3.11); a
+    `with phase()` after them is followed."""
+    steps, out = tmp_path / "steps", str(tmp_path / "t.jsonl")
+    steps.mkdir()
+    with open("/proc/sys/kernel/bpf_stats_enabled") as handle:
+        stats_were = handle.read().strip()
+    target = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, "markers_idle.py"),
+                               REFERENCE, str(steps)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    tracer = None
+    try:
+        wait_for_line(target.stdout, "ready", 60)
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
+            handle.write("1")
+        tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out, "-v"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        log = wait_for_line(tracer.stderr, "attached to", 120)
+        assert "phase markers: the probe goes on the eval loop's" in log, log
+        before = program_runs(tracer.pid)
+        markers = [name for name in before if name.startswith("marker_enter")]
+        assert markers, before  # loaded and placed: evalmetry.debug was imported
+        (steps / "go1").touch()
+        wait_for_file(str(steps / "done1"), target)
+        during = program_runs(tracer.pid)
+        calls = during["call_enter"] - before.get("call_enter", 0)
+        runs = sum(during[name] - before[name] for name in markers)
+        assert calls >= 600, (before, during)  # 200 x (Sequential, Linear, ReLU)
+        assert runs == 0, (runs, calls)
+        (steps / "go2").touch()
+        wait_for_file(str(steps / "done2"), target)
+        after = program_runs(tracer.pid)
+        assert sum(after[name] - during[name] for name in markers) >= 1, (during, after)
+        assert target.wait(timeout=60) == 0, target.stderr.read()
+        assert tracer.wait(timeout=60) == 0
+    finally:
+        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
+            handle.write(stats_were)
+        for proc in (target, tracer):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    enters = [e for e in load(out) if e["event"] == "enter"]
+    assert len(enters) == 603, len(enters)
+    assert {e["phase"] for e in enters[:-3]} == {"other"}
+    assert {e["phase"] for e in enters[-3:]} == {"marked"}
+
+
 def test_rules_name_phases_like_markers(evmbpf, tmp_path):
     """A host without markers, named by rules, gives the phases the marked host gives."""
     workload = os.path.join(OWN_WORKLOADS, "phases_rules.py")
@@ -185,3 +238,60 @@ def test_markers_are_per_thread(evmbpf, tmp_path):
         by_tid.setdefault(e["tid"], set()).add(e["phase"])
     assert sorted(map(sorted, by_tid.values())) == [["model_forward"], ["other"]]
     assert len(events) == 2 * 20 * 2 * 3
+
+
+def interpreters():
+    """The interpreters' ELF files here: the host's, the pyenv libpythons, the chroots'
+    (those built), the host's shared libpython; with the lookup `with` calls."""
+    found = [HOST_PYTHON, *glob.glob("/usr/lib/x86_64-linux-gnu/libpython3.*.so.1.0"),
+             *glob.glob(os.path.join(PYENV, "versions", "3.*", "lib", "libpython3.*.so.1.0"))]
+    for name, files in (("bullseye", ["usr/bin/python3.9"]), ("trixie", ["usr/bin/python3.13"]),
+                        ("sid", ["usr/bin/python3.14",
+                                 "usr/lib/x86_64-linux-gnu/libpython3.14.so.1.0"])):
+        try:
+            root = chroot_dir(name)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        found += [os.path.join(root, f) for f in files if os.path.exists(os.path.join(root, f))]
+    out = []
+    for path in found:
+        path = os.path.realpath(path)
+        minor = re.search(r"python3\.(\d+)", path)
+        if minor and int(minor.group(1)) >= 9 and path not in [p for p, _ in out]:
+            out.append((path, "_PyObject_LookupSpecialMethod" if int(minor.group(1)) >= 14
+                        else "_PyObject_LookupSpecial"))
+    return out
+
+
+def objdump_function(path, name):
+    """objdump's instruction addresses of a function, and its calls' (address, callee)."""
+    syms = subprocess.run(["readelf", "-sW", path], capture_output=True, text=True,
+                          check=True).stdout
+    start, size = next((int(f[1], 16), int(f[2])) for f in map(str.split, syms.splitlines())
+                       if len(f) >= 8 and f[7] == name and f[3] == "FUNC")
+    text = subprocess.run(["objdump", "-d", "--no-show-raw-insn", f"--start-address={start}",
+                           f"--stop-address={start + size}", path], capture_output=True,
+                          text=True, check=True).stdout
+    insns = [int(m.group(1), 16) for m in re.finditer(r"^\s+([0-9a-f]+):\t", text, re.M)]
+    calls = [(int(m.group(1), 16), m.group(2)) for m in
+             re.finditer(r"^\s+([0-9a-f]+):\tcall\s+[0-9a-f]+ <([^>@+]+)", text, re.M)]
+    return insns, calls
+
+
+def test_eval_loop_call_sites_decoded_exactly():
+    """The marker probe goes on the eval loop's call instructions: a uprobe that is not on
+    an instruction's first byte would corrupt the target. On every interpreter here,
+    x86insn.c's walk of _PyEval_EvalFrameDefault finds objdump's instruction boundaries,
+    each one, and callsites.c finds exactly the calls objdump shows to the lookup (direct,
+    or through its PLT entry)."""
+    targets = interpreters()
+    assert targets
+    for path, lookup in targets:
+        walk = subprocess.run([TEST_AIDS, "x86-walk", path, "_PyEval_EvalFrameDefault", lookup],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert "refused" not in walk, path
+        insns, calls = objdump_function(path, "_PyEval_EvalFrameDefault")
+        mine = [int(w, 16) for w in walk[:walk.index("site") if "site" in walk else None]]
+        assert mine == insns, path
+        sites = [int(walk[i + 1], 16) for i, w in enumerate(walk) if w == "site"]
+        assert sites == [at for at, callee in calls if callee == lookup], path

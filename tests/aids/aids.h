@@ -16,5 +16,8 @@ int cupti_stats_main(void);
 /* regex-test (regex_test.c): Python's `re` dialect (pyre.c) on hex-encoded patterns
  * and texts. */
 int regex_test_main(void);
+/* x86-walk FILE FUNCTION [CALLEE] (x86_walk.c): the instructions x86insn.c finds in a
+ * function of an ELF file, and its calls to CALLEE (callsites.c). */
+int x86_walk_main(int argc, char **argv);
 
 #endif

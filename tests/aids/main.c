@@ -15,7 +15,9 @@ int main(int argc, char **argv)
 		return cupti_stats_main();
 	if (argc == 2 && !strcmp(argv[1], "regex-test"))
 		return regex_test_main();
+	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "x86-walk"))
+		return x86_walk_main(argc - 2, argv + 2);
 	fprintf(stderr, "usage: evmbpf-test-aids cupti-replay | cupti-channel [-v] HARNESS FILE... |\n"
-			"       cupti-stats | regex-test   (stdin to stdout; tests/aids/aids.h)\n");
+			"       cupti-stats | regex-test | x86-walk FILE FUNCTION [CALLEE]   (stdin to stdout; tests/aids/aids.h)\n");
 	return 2;
 }

@@ -39,8 +39,9 @@ struct samples_watch {
 	int markers_wait;              /* the markers' probe waits for evalmetry.debug's import */
 };
 
-/* The phase markers' probe (markers.bpf.h) on _PyObject_LookupSpecial[Method]: where a
- * `with` looks up __enter__; placed at once, or once the host has imported
+/* The phase markers' probe (markers.bpf.h) where a `with` looks up __enter__: the eval
+ * loop's calls to _PyObject_LookupSpecial (3.9-3.13, where found), else the function
+ * _PyObject_LookupSpecial[Method]; placed at once, or once the host has imported
  * evalmetry.debug (below). */
 static void session_attach_markers(struct session *s)
 {
@@ -52,10 +53,14 @@ static void session_attach_markers(struct session *s)
 		t->lookup_special_kind == LOOKUP_STACKREF  ? skel->progs.marker_enter_stackref
 		: t->lookup_special_kind == LOOKUP_IDENTIFIER ? skel->progs.marker_enter_ident
 							      : skel->progs.marker_enter;
-	struct probe *l = attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off,
-					t->lookup_special_kind == LOOKUP_STACKREF
-					   ? "_PyObject_LookupSpecialMethod"
-					   : "_PyObject_LookupSpecial");
+	const char *what = t->lookup_special_kind == LOOKUP_STACKREF
+				   ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial";
+	/* at the eval loop's calls to it, where they are known (target.c), else on it: the
+	 * arguments are in their registers at the call as at the function's entry */
+	struct probe *l = t->nmarker_sites
+		? attach_uprobes(marker, 0, t->pid, t->py_open, t->marker_sites, t->nmarker_sites,
+				 "the `with` statement's calls in the eval loop")
+		: attach_uprobe(marker, 0, t->pid, t->py_open, t->lookup_special_off, what);
 	if (l)
 		s->links[s->nlinks++] = l;
 }

@@ -16,8 +16,9 @@
 #include "util.h"
 
 struct probe {
-	struct bpf_link *link; /* a perf event's (libbpf's), or NULL */
-	int fd;                /* a uprobe_multi link's, or -1 */
+	struct bpf_link *link[PROBE_PLACES_MAX]; /* perf events' (libbpf's), or NULL */
+	int nlink;
+	int fd;                /* a uprobe_multi link's (all its places), or -1 */
 };
 
 /* The kernel's uprobe_multi link (Linux 6.6; include/uapi/linux/bpf.h): libbpf makes one
@@ -33,16 +34,16 @@ struct link_create_uprobe_multi {
 	uint8_t rest[64]; /* the rest of union bpf_attr's link_create, zero */
 };
 
-static int uprobe_multi_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid)
+static int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n,
+			     int ret, pid_t pid)
 {
-	uint64_t offs[1] = { off };
 	struct link_create_uprobe_multi a;
 	memset(&a, 0, sizeof(a));
 	a.prog_fd = (uint32_t)prog_fd;
 	a.attach_type = UPROBE_MULTI_ATTACH;
 	a.path = (uint64_t)(uintptr_t)path;
 	a.offsets = (uint64_t)(uintptr_t)offs;
-	a.cnt = 1;
+	a.cnt = (uint32_t)n;
 	a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
 	a.pid = pid > 0 ? (uint32_t)pid : 0;
 	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
@@ -51,16 +52,36 @@ static int uprobe_multi_link(int prog_fd, const char *path, uint64_t off, int re
 struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
 			    const char *path, uint64_t off, const char *what)
 {
+	return attach_uprobes(prog, ret, pid, path, &off, 1, what);
+}
+
+struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const char *path,
+			     const uint64_t *offs, int n, const char *what)
+{
 	struct probe *p = xcalloc(1, sizeof(*p));
 	p->fd = -1;
-	if (bpf_program__expected_attach_type(prog) == (enum bpf_attach_type)UPROBE_MULTI_ATTACH) {
-		p->fd = uprobe_multi_link(bpf_program__fd(prog), path, off, ret, pid);
+	int err = EINVAL;
+	if (n < 1 || n > PROBE_PLACES_MAX) {
+		/* said below */
+	} else if (bpf_program__expected_attach_type(prog) ==
+		   (enum bpf_attach_type)UPROBE_MULTI_ATTACH) {
+		p->fd = uprobe_multi_link(bpf_program__fd(prog), path, offs, n, ret, pid);
+		err = errno;
 	} else {
 		LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
-		p->link = bpf_program__attach_uprobe_opts(prog, pid, path, off, &uo);
+		for (; p->nlink < n; p->nlink++) {
+			p->link[p->nlink] =
+				bpf_program__attach_uprobe_opts(prog, pid, path, offs[p->nlink], &uo);
+			if (!p->link[p->nlink])
+				break;
+		}
+		err = errno;
+		if (p->nlink < n) { /* all or none */
+			while (p->nlink > 0)
+				bpf_link__destroy(p->link[--p->nlink]);
+		}
 	}
-	int err = errno;
-	if (p->link || p->fd >= 0)
+	if (p->nlink || p->fd >= 0)
 		return p;
 	free(p);
 	if (process_gone(pid))
@@ -78,8 +99,8 @@ void probe_close(struct probe *p)
 {
 	if (!p)
 		return;
-	if (p->link)
-		bpf_link__destroy(p->link);
+	while (p->nlink > 0)
+		bpf_link__destroy(p->link[--p->nlink]);
 	if (p->fd >= 0)
 		close(p->fd);
 	free(p);
@@ -105,7 +126,8 @@ int uprobe_multi_usable(void)
 	int prog = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, 2, &po);
 	if (prog < 0)
 		return have;
-	int link = uprobe_multi_link(prog, "/", 0, 0, 0);
+	uint64_t off0 = 0;
+	int link = uprobe_multi_link(prog, "/", &off0, 1, 0, 0);
 	int err = errno;
 	if (link >= 0)
 		close(link);

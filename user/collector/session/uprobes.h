@@ -6,13 +6,18 @@
 #include <sys/types.h>
 #include <bpf/libbpf.h>
 
-/* A placed uprobe: a uprobe_multi link of its own, or a perf event's link. */
+/* A placed uprobe: a uprobe_multi link of its own, or perf events' links. */
 struct probe;
 
 /* A uprobe (ret: a uretprobe) on prog at off in path, for process pid (-1: any); NULL
  * when it cannot be, said on stderr with what it was for (`what`). */
 struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			    uint64_t off, const char *what);
+/* The same at each of n places (at most PROBE_PLACES_MAX) of path: one probe, placed
+ * at all of them or at none. */
+#define PROBE_PLACES_MAX 16
+struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const char *path,
+			     const uint64_t *offs, int n, const char *what);
 /* Take the probe away (NULL: nothing), and free it. */
 void probe_close(struct probe *p);
 

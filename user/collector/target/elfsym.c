@@ -199,3 +199,119 @@ int elf_file_needed(struct elf_file *f, const char *part, char *dst, size_t cap)
 	}
 	return -1;
 }
+
+/* The GOT slots the dynamic linker fills with name's address: .rela.plt's JUMP_SLOT and
+ * .rela.dyn's GLOB_DAT relocations naming it (x86-64). */
+static int got_slots(struct elf_file *f, const char *name, uint64_t *slots, int max)
+{
+	int n = 0;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(f->elf, scn))) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_RELA || !sh.sh_entsize)
+			continue;
+		Elf_Scn *symscn = elf_getscn(f->elf, sh.sh_link);
+		GElf_Shdr symsh;
+		Elf_Data *data = elf_getdata(scn, NULL);
+		Elf_Data *syms = symscn ? elf_getdata(symscn, NULL) : NULL;
+		if (!data || !syms || !gelf_getshdr(symscn, &symsh))
+			continue;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize && n < max; i++) {
+			GElf_Rela r;
+			GElf_Sym sym;
+			if (!gelf_getrela(data, (int)i, &r) ||
+			    (GELF_R_TYPE(r.r_info) != R_X86_64_JUMP_SLOT &&
+			     GELF_R_TYPE(r.r_info) != R_X86_64_GLOB_DAT) ||
+			    !gelf_getsym(syms, (int)GELF_R_SYM(r.r_info), &sym))
+				continue;
+			const char *s = elf_strptr(f->elf, symsh.sh_link, sym.st_name);
+			if (s && !strcmp(s, name))
+				slots[n++] = r.r_offset;
+		}
+	}
+	return n;
+}
+
+/* Is there `jmp *slot(%rip)` at a PLT entry's start (after an endbr64, a bnd prefix)?
+ * The slot it jumps through, or 0. */
+static uint64_t plt_entry_slot(const uint8_t *p, size_t n, uint64_t at)
+{
+	static const uint8_t endbr64[4] = { 0xf3, 0x0f, 0x1e, 0xfa };
+	size_t i = n >= 4 && !memcmp(p, endbr64, 4) ? 4 : 0;
+	if (i < n && p[i] == 0xf2)
+		i++;
+	if (i + 6 > n || p[i] != 0xff || p[i + 1] != 0x25)
+		return 0;
+	int32_t disp;
+	memcpy(&disp, p + i + 2, 4);
+	return at + i + 6 + (int64_t)disp;
+}
+
+int elf_file_plt(struct elf_file *f, const char *name, uint64_t *slots, int *nslots,
+		 uint64_t *stubs, int max)
+{
+	int nstubs = 0;
+	*nslots = got_slots(f, name, slots, max);
+	Elf_Scn *scn = NULL;
+	size_t shstrndx;
+	if (!*nslots || elf_getshdrstrndx(f->elf, &shstrndx))
+		return 0;
+	while ((scn = elf_nextscn(f->elf, scn))) {
+		GElf_Shdr sh;
+		const char *sname;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_PROGBITS ||
+		    !(sname = elf_strptr(f->elf, shstrndx, sh.sh_name)) ||
+		    (strcmp(sname, ".plt") && strcmp(sname, ".plt.sec") && strcmp(sname, ".plt.got")) ||
+		    sh.sh_offset + sh.sh_size > f->size)
+			continue;
+		/* entries of 16 bytes (.plt, .plt.sec, an IBT .plt.got) or 8 (.plt.got) */
+		size_t step = sh.sh_entsize == 8 || sh.sh_entsize == 16 ? sh.sh_entsize : 16;
+		for (size_t at = 0; at + step <= sh.sh_size && nstubs < max; at += step) {
+			uint64_t slot = plt_entry_slot(f->map + sh.sh_offset + at, step,
+						       sh.sh_addr + at);
+			for (int k = 0; slot && k < *nslots && nstubs < max; k++)
+				if (slot == slots[k]) {
+					stubs[nstubs++] = sh.sh_addr + at;
+					break;
+				}
+		}
+	}
+	return nstubs;
+}
+
+int elf_file_function_parts(struct elf_file *f, const char *name, uint64_t *vaddr,
+			    uint64_t *size, int max)
+{
+	size_t len = strlen(name);
+	int n = -1;
+	Elf_Scn *scn = NULL;
+	while ((scn = elf_nextscn(f->elf, scn))) {
+		GElf_Shdr sh;
+		if (!gelf_getshdr(scn, &sh) || sh.sh_type != SHT_SYMTAB || !sh.sh_entsize)
+			continue;
+		Elf_Data *data = elf_getdata(scn, NULL);
+		if (!data)
+			continue;
+		n = n < 0 ? 0 : n;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize; i++) {
+			GElf_Sym sym;
+			if (!gelf_getsym(data, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
+			    GELF_ST_TYPE(sym.st_info) != STT_FUNC || !sym.st_size)
+				continue;
+			const char *s = elf_strptr(f->elf, sh.sh_link, sym.st_name);
+			if (!s || strncmp(s, name, len) || (s[len] && s[len] != '.'))
+				continue;
+			int seen = 0;
+			for (int k = 0; k < n && k < max; k++)
+				seen |= vaddr[k] == sym.st_value;
+			if (seen)
+				continue;
+			if (n < max) {
+				vaddr[n] = sym.st_value;
+				size[n] = sym.st_size;
+			}
+			n++;
+		}
+	}
+	return n;
+}

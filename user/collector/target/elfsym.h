@@ -23,6 +23,17 @@ uint64_t elf_file_base_vaddr(struct elf_file *f);
 int elf_file_find(struct elf_file *f, const void *needle, size_t n, uint64_t *out, int max);
 /* Is vaddr inside an executable PT_LOAD? */
 int elf_file_is_code(struct elf_file *f, uint64_t vaddr);
+/* The parts of a function as .symtab names them: `name` and the compiler's `name.SUFFIX`
+ * (.cold, .part.N, .isra.N...), each address once. Their count (at most max kept), -1
+ * when the file has no .symtab (stripped: parts may exist unnamed). */
+int elf_file_function_parts(struct elf_file *f, const char *name, uint64_t *vaddr,
+			    uint64_t *size, int max);
+/* Where a call to the exported function `name` may go, in a file whose calls to it go
+ * through the PLT (x86-64; a library linked without -fno-semantic-interposition): the GOT
+ * slots the dynamic linker fills with its address (*nslots, for `call *slot(%rip)`), and
+ * the PLT entries jumping through them (returned: their count). At most max of each. */
+int elf_file_plt(struct elf_file *f, const char *name, uint64_t *slots, int *nslots,
+		 uint64_t *stubs, int max);
 /* DT_NEEDED entries containing `part` (e.g. "libpython"); copies the first. */
 int elf_file_needed(struct elf_file *f, const char *part, char *dst, size_t cap);
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "asuser.h"
+#include "callsites.h"
 #include "elfsym.h"
 #include "procstate.h"
 #include "evmbpf.h"
@@ -411,6 +412,67 @@ int target_is_python(pid_t pid)
 	return s.found;
 }
 
+/* Does the constant a call site puts in rsi (a link-time address) name `__enter__`: the
+ * str (3.11-3.13) or the _Py_Identifier (3.9/3.10) it is, read in the target. */
+static int names_enter(struct target *t, uint64_t rsi)
+{
+	char name[16] = "";
+	if (!rsi)
+		return 0;
+	if (t->lookup_special_kind == LOOKUP_STR)
+		return py_str(&t->reader, rsi + t->py_bias, name, sizeof(name)) >= 0 &&
+		       !strcmp(name, "__enter__");
+	int err = 0;
+	uint64_t chars = pm_u64(&t->reader, rsi + t->py_bias + t->off->ident_string, &err);
+	return !err && !pm_read(&t->reader, chars, name, 10) && !strcmp(name, "__enter__");
+}
+
+/* The `with` statement's calls to _PyObject_LookupSpecial in the eval loop (BEFORE_WITH,
+ * 3.9/3.10's SETUP_WITH; and the async ones), where the marker probe goes rather than on
+ * the function, which every isinstance() against a class with a metaclass calls too
+ * (3.11-3.13). Taken when they are all known: the file names every part of the eval
+ * function (.symtab), or one of them is seen to look __enter__ up (a stripped build).
+ * Else (the lookup inlined, a build this decoder refuses) the probe stays on the function:
+ * t->nmarker_sites 0. 3.14's _PyObject_LookupSpecialMethod serves LOAD_SPECIAL alone. */
+static void find_marker_sites(struct target *t, struct elf_file *f, const char *lookup)
+{
+	uint64_t at[8], size[8];
+	struct call_site cs[MARKER_SITES_MAX];
+	int n = 0, enter = 0;
+	const char *why = NULL;
+	int parts = elf_file_function_parts(f, "_PyEval_EvalFrameDefault", at, size, 8);
+	int complete = parts > 0 && parts <= 8;
+	if (parts <= 0 && !elf_file_symbol(f, "_PyEval_EvalFrameDefault", at, size))
+		parts = 1;
+	if (parts <= 0 || parts > 8)
+		why = "the eval loop's parts are not known";
+	for (int p = 0; !why && p < parts; p++) {
+		int k = elf_call_sites(f, at[p], size[p], lookup, cs + n, MARKER_SITES_MAX - n);
+		if (k < 0)
+			why = "the eval loop's code is not decoded here";
+		else if (n + k > MARKER_SITES_MAX)
+			why = "too many calls";
+		else
+			n += k;
+	}
+	for (int i = 0; !why && i < n; i++) {
+		enter |= names_enter(t, cs[i].rsi);
+		if (elf_file_vaddr_to_offset(f, cs[i].at, &t->marker_sites[i]))
+			why = "a call site is not in the file";
+	}
+	if (!why && !n)
+		why = "the eval loop does not call it (inlined?)";
+	else if (!why && !enter && !complete)
+		why = "no call site is seen to look __enter__ up, and the file does not name "
+		      "every part of the eval loop";
+	t->nmarker_sites = why ? 0 : n;
+	if (why)
+		debugx("phase markers: the probe goes on %s itself: %s", lookup, why);
+	else
+		debugx("phase markers: the probe goes on the eval loop's %d calls to %s (%s)", n,
+		       lookup, enter ? "one looks __enter__ up" : "all its parts decoded");
+}
+
 /* Phase markers (`with phase(NAME):`) are seen where `with` looks up __enter__, and
  * followed through their generator's state: its layout per version. */
 static void find_marker_support(struct target *t, struct elf_file *f)
@@ -422,14 +484,15 @@ static void find_marker_support(struct target *t, struct elf_file *f)
 	 * hand _PyObject_LookupSpecial an identifier rather than a str */
 	t->lookup_special_kind = t->minor >= 14 ? LOOKUP_STACKREF
 			       : t->minor <= 10 ? LOOKUP_IDENTIFIER : LOOKUP_STR;
+	const char *lookup = t->lookup_special_kind == LOOKUP_STACKREF
+				     ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial";
 	if (runtime_symbol(t, f, "PyGen_Type", &t->gen_type) ||
-	    elf_file_symbol(f, t->lookup_special_kind == LOOKUP_STACKREF
-				       ? "_PyObject_LookupSpecialMethod" : "_PyObject_LookupSpecial",
-			    &v, NULL) ||
-	    probe_offset(f, v, &t->lookup_special_off)) {
+	    elf_file_symbol(f, lookup, &v, NULL) || probe_offset(f, v, &t->lookup_special_off)) {
 		t->gen_type = 0;
 		return;
 	}
+	if (t->lookup_special_kind != LOOKUP_STACKREF)
+		find_marker_sites(t, f, lookup);
 	t->gen_frame_state = t->off->gen_frame_state;
 	t->gen_iframe = t->off->gen_iframe;
 	t->gen_state_created = (int8_t)t->off->frame_created;

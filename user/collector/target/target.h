@@ -9,6 +9,8 @@
 #include "asuser.h"
 #include "procmem.h"
 
+#define MARKER_SITES_MAX 16
+
 struct target {
 	pid_t pid;
 	char root[64];                /* /proc/PID/root: the target's view of the files */
@@ -34,6 +36,10 @@ struct target {
 		LOOKUP_IDENTIFIER,    /* 3.9/3.10: _PyObject_LookupSpecial(self, _Py_Identifier *) */
 		LOOKUP_STACKREF,      /* 3.14: _PyObject_LookupSpecialMethod(attr, method_and_self) */
 	} lookup_special_kind;
+	/* file offsets of the eval loop's calls to it: the marker probe's places, where found
+	 * (target.c: find_marker_sites); none: the probe goes on the function */
+	uint64_t marker_sites[MARKER_SITES_MAX];
+	int nmarker_sites;
 	uint64_t gen_type;            /* PyGen_Type, 0 when markers are not supported */
 	uint16_t gen_frame_state, gen_iframe;
 	int8_t gen_state_created;

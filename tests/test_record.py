@@ -1861,34 +1861,66 @@ def test_hang_after(evmbpf, refs, tmp_path, begun):
                             r"returned \(--hang-after\); the process runs on", why), why
 
 
-def test_an_end_read_only_at_the_stop(evmbpf, refs, tmp_path):
-    """A process that raises while the recorder's loop is busy (a test knob stalls its
-    reading once, for 20 s, after the process's first forward has begun), its exit record
-    lost (a full ring: another knob), and SIGTERM while the loop is stalled: the loop
-    never saw the end, the stop finds the process gone and takes its status from the BPF
-    side, and the file is there, the reference's --tail trace (the build before took the
-    dead process for one still running at the stop and dropped its tail without a
-    word)."""
-    wanted = wanted_folder(tmp_path, FAULT_MODEL)
+EXITS_IN_A_LEAF = """
+import os, sys, torch
+class Leaf(torch.nn.Module):
+    calls = 0
+    def forward(self, x):
+        Leaf.calls += 1
+        if Leaf.calls == 40:
+            print("exiting", file=sys.stderr, flush=True)
+            os._exit(3)
+        return x
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), Leaf())
+for _ in range(100):
+    model(torch.ones(1, 4))
+"""
+
+
+def test_an_end_read_only_at_the_stop(evmbpf, tmp_path):
+    """A process (no evalmetry: nothing in its forwards waits for the recorder) that
+    calls os._exit(3) in its 40th forward while the recorder's loop is busy (a test knob
+    stalls its reading once, for 20 s, once 20 of the process's records are read: past
+    the holds of its start), its exit record lost (a full ring: another knob), and SIGTERM
+    while the loop is stalled (its parent cannot see the exit before the recorder, its
+    tracer, reaps it: the test waits for its last words): the loop never saw the end; the
+    stop finds the process gone, takes its status from the BPF side, and writes its file
+    (the build before took the dead process for one still running at the stop and
+    dropped its tail without a word)."""
     traces = tmp_path / "traces"
     rec = Recorder(traces, "--match", WANTED, pidfile=tmp_path / "pid",
-                   env={"EVMBPF_TEST_STALL_MS": "20000", "EVMBPF_TEST_LOSE_EXIT": "1"})
+                   env={"EVMBPF_TEST_STALL_MS": "20000", "EVMBPF_TEST_STALL_AFTER": "20",
+                        "EVMBPF_TEST_LOSE_EXIT": "1"})
     proc = None
     try:
-        proc = workload(str(wanted / "fault_model.py"),
-                        env=clean_env(FAULT_FORWARDS=6, FAULT_DIE="raise"))
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 1, err[-2000:]
+        start = time.monotonic()
+        proc = subprocess.Popen([HOST_PYTHON, "-c", EXITS_IN_A_LEAF, WANTED],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=clean_env())
+        words = ""
+        for line in proc.stderr:
+            words += line
+            if line.startswith("exiting"):
+                break
+        assert "exiting" in words, words[-2000:]
+        time.sleep(0.5)  # its exit done (a zombie its tracer has not reaped)
         ended_before_stop = rec.count(rf"^{proc.pid}: trace in ")
+        inside = time.monotonic() - start < 15  # it ended inside the stall
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.kill()
         rc = rec.stop()
+        if proc is not None:
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     assert rc == 0, rec.stderr()
-    # the stall held the loop from the first forward to the stop: the end came at the stop
-    assert ended_before_stop == 0, rec.stderr()
+    assert proc.returncode == 3
+    assert inside and ended_before_stop == 0, rec.stderr()
     path = os.path.join(str(traces), f"evmbpf-{proc.pid}@{HOST}.jsonl")
     assert os.path.exists(path), (files_of(traces), rec.stderr()[-3000:])
-    assert rec.count(rf"^{proc.pid}: trace in .* \(exit status 1\)") == 1, rec.stderr()[-3000:]
-    assert recorded_why(path) == "exit status 1"
-    assert_equals_reference_tail(refs["raise-tail"], path)
+    assert rec.count(rf"^{proc.pid}: trace in .* \(exit status 3\)") == 1, rec.stderr()[-3000:]
+    assert recorded_why(path) == "exit status 3"
+    events = load(path)
+    errors = [e for e in events if e["event"] == "error"]
+    assert [(e["exc_type"], e["module"]) for e in errors] == [("exit", "1")], errors
+    assert [e["module"] for e in events if e["event"] == "enter"][-3:] == ["<root>", "0", "1"]

@@ -257,12 +257,19 @@ int session_step(struct session *s)
 	}
 	/* tests only (tests/test_faults.py): the consumer stops once for this long after the
 	 * first forward began (not at an earlier record, such as the host module's import), so
-	 * that the ring buffer overflows on purpose */
-	if (!s->stalled && trace_forwarded(&s->trace)) {
+	 * that the ring buffer overflows on purpose; the recorder's tail counts no forward
+	 * until it is written: there, once EVMBPF_TEST_STALL_AFTER records are read (past
+	 * the holds of a process's start, which would stall the process too) */
+	const char *after = getenv("EVMBPF_TEST_STALL_AFTER");
+	if (!s->stalled && (s->opts->mode == TRACE_NODE
+				    ? trace_records(&s->trace) >= (uint64_t)(after ? atol(after) : 1)
+				    : trace_forwarded(&s->trace))) {
 		const char *stall = getenv("EVMBPF_TEST_STALL_MS");
 		s->stalled = 1;
-		if (stall && atol(stall) > 0)
-			usleep((useconds_t)atol(stall) * 1000);
+		/* the whole time, a signal but the stop's (SIGCHLD of a held thread) or not */
+		uint64_t until = mono_ns() + (stall ? (uint64_t)atol(stall) : 0) * 1000000ull;
+		while (stall && atol(stall) > 0 && !stop_signal && mono_ns() < until)
+			usleep(10000);
 	}
 	return 0;
 }

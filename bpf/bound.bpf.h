@@ -550,22 +550,23 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
  * but with 3.12+'s GIL (the main interpreter's, fixed) read once. */
 /* per process: struct proc_state's bound_gil */
 
-static __always_inline __u64 bound_frame(void)
+static __always_inline __u64 bound_tstate(void)
 {
 	struct proc_state *ps = ps_cur();
-	__u64 tstate;
-	if (pyo.rt_tstate_current) {
-		tstate = rd64(ps->cfg.runtime + pyo.rt_tstate_current);
-	} else {
-		__u64 gil = ps->bound_gil;
-		if (!gil) {
-			__u64 interp = rd64(ps->cfg.runtime + pyo.rt_interp_main);
-			gil = interp ? rd64(interp + pyo.interp_gil) : 0;
-			ps->bound_gil = gil;
-		}
-		tstate = gil ? rd64(gil + pyo.gil_last_holder) : 0;
+	if (pyo.rt_tstate_current)
+		return rd64(ps->cfg.runtime + pyo.rt_tstate_current);
+	__u64 gil = ps->bound_gil;
+	if (!gil) {
+		__u64 interp = rd64(ps->cfg.runtime + pyo.rt_interp_main);
+		gil = interp ? rd64(interp + pyo.interp_gil) : 0;
+		ps->bound_gil = gil;
 	}
-	return tstate_frame(tstate);
+	return gil ? rd64(gil + pyo.gil_last_holder) : 0;
+}
+
+static __always_inline __u64 bound_frame(void)
+{
+	return tstate_frame(bound_tstate());
 }
 
 /* 3.9-3.12: C stack distances from a module call's entry to its children's calls (the
@@ -768,16 +769,23 @@ static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 	}
 	if (sp == top->known_sp)
 		return 0; /* called from a C stack depth a walk cleared */
-	__u64 frame = 0;
-	if (top->known) {
+	__u64 frame;
+	if (top->known && top->tstate) {
 		/* most children: called by the frame right below the parent's Module.__call__
-		 * frames that a walk kept. Three reads inline (the thread state, its frame, the
-		 * frame below), not check_bound's call and frame head */
-		frame = bound_frame();
+		 * frames that a walk kept. Two reads inline (the thread's frame, the frame
+		 * below), not check_bound's call and frame head: the thread state is the one
+		 * the walk that kept known read, which cannot change while the parent's frames
+		 * run on this thread */
+		frame = tstate_frame(top->tstate);
 		if (!frame || rd64(frame + pyo.frame_back) == top->known)
 			return 0;
+		return check_bound(top->self, top->known, sp, top->sp, frame);
 	}
-	return check_bound(top->self, top->known, sp, top->sp, frame);
+	__u64 tstate = bound_tstate();
+	int found = check_bound(top->self, 0, sp, top->sp, tstate_frame(tstate));
+	if (top->known)
+		top->tstate = tstate; /* the walk kept a frame: its children need no tstate read */
+	return found;
 }
 
 /* A watched instruction was fetched: a call from the site begins, or one returns. */

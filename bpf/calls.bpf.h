@@ -32,6 +32,7 @@ struct open_call {
 	__u64 self;
 	__u64 known;    /* bound.bpf.h: a frame whose callees call this module's children directly */
 	__u64 known_sp; /* and the stack pointer of such a child's call (3.9-3.12) */
+	__u64 tstate;   /* the thread state the walk that kept known read (when known is set) */
 };
 
 struct call_stack {
@@ -90,6 +91,7 @@ static __always_inline void open_push(struct proc_state *ps, struct call_stack *
 		cs->c[cs->n & (CALLS_MAX - 1)].self = self;
 		cs->c[cs->n & (CALLS_MAX - 1)].known = 0;
 		cs->c[cs->n & (CALLS_MAX - 1)].known_sp = 0;
+		cs->c[cs->n & (CALLS_MAX - 1)].tstate = 0;
 		cs->n++;
 		return;
 	}

@@ -26,8 +26,8 @@ const volatile struct tensor_layout layouts[TENSOR_LAYOUTS] = {};
 const volatile __u32 n_layouts = 0;
 /* --phase rules given: report the frames under outermost calls */
 const volatile __u32 phase_rules = 0;
-/* Wake the collector only once this much is waiting in the ring buffer (0: every
- * record). It polls every 100 ms anyway, and a wakeup per record (an irq_work, an IPI,
+/* Wake the collector only once a process has written this much to its ring buffer since
+ * its last wakeup (0: every record; values.bpf.h, rb_flags). It polls every 100 ms anyway, and a wakeup per record (an irq_work, an IPI,
  * a context switch) costs the target more than describing the call does. */
 const volatile __u64 wakeup_bytes = 0;
 

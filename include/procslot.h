@@ -67,6 +67,8 @@ struct proc_state {
 	__u64 torch_ld_debug;
 	__u32 torch_loaded;
 	__u32 pad;
+	/* module record bytes written since the last forced wakeup (values.bpf.h, rb_flags) */
+	__u64 ring_unwoken;
 };
 
 #endif

@@ -241,8 +241,9 @@ def paired(a, b, wl, iters, repeat):
                 r = bench.go_and_result(work, wl)
                 after = [bench.bpf_prog_stats(t.pid) for t in tracers]
                 calls = r["calls_per_iter"] * r["iters"]
-                ns = [sum(v["run_time_ns"] - bf.get(k, {}).get("run_time_ns", 0)
-                          for k, v in af.items()) / calls for bf, af in zip(before, after)]
+                progs = [{k: (v["run_time_ns"] - bf.get(k, {}).get("run_time_ns", 0)) / calls
+                          for k, v in af.items()} for bf, af in zip(before, after)]
+                ns = [sum(p.values()) for p in progs]
                 work.stdin.write("exit\n")
                 work.stdin.flush()
                 work.wait(timeout=120)
@@ -258,9 +259,12 @@ def paired(a, b, wl, iters, repeat):
                     work.kill()
                     work.wait()
         na, nb = (ns[0], ns[1]) if a_first else (ns[1], ns[0])
+        pa, pb = (progs[0], progs[1]) if a_first else (progs[1], progs[0])
         diffs[a_first].append(na - nb)
-        log(f"{wl} run {rep}: {'A' if a_first else 'B'} attached first; A {na:.0f}, "
-            f"B {nb:.0f} BPF ns a module call; trace bytes {sizes[0]} and {sizes[1]}")
+        each = lambda p: ", ".join(f"{k} {v:.0f}" for k, v in sorted(p.items()))  # noqa: E731
+        log(f"{wl} run {rep}: {'A' if a_first else 'B'} attached first; A {na:.0f} ({each(pa)}), "
+            f"B {nb:.0f} ({each(pb)}) BPF ns a module call; trace bytes {sizes[0]} and "
+            f"{sizes[1]}")
     if not diffs[True] or not diffs[False]:
         sys.exit("--pair: --repeat 2 at least (each order once)")
     first, second = statistics.mean(diffs[True]), statistics.mean(diffs[False])
@@ -297,6 +301,17 @@ def main():
     opts = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("cost-breakdown.py: run it as root (it loads BPF programs)")
+    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
+        stats_was = f.read().strip()
+    # every mode reads the programs' run time (--pair's too; --added's windows ignore it)
+    subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=True)
+    try:
+        run_modes(opts)
+    finally:
+        subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={stats_was}"])
+
+
+def run_modes(opts):
     if opts.pair:
         a, b = opts.pair.split(",")
         for wl in opts.workloads.split(","):
@@ -315,27 +330,21 @@ def main():
         builds[n] = (os.path.join(REPO, f"build-ablate-{n}", "evmbpf") if opts.no_build
                      else ablate_build(n, opts.rebuild))
     order = ["floor", 1, 2, 3, 4, "full", 5, 6]
-    with open("/proc/sys/kernel/bpf_stats_enabled") as f:
-        stats_was = f.read().strip()
-    subprocess.run(["sysctl", "-qw", "kernel.bpf_stats_enabled=1"], check=True)
     results = {}
-    try:
-        for wl in opts.workloads.split(","):
-            iters = opts.iters or ITERS.get(wl, 200)
-            runs = {b: [] for b in order}
-            recs = []
-            for rep in range(opts.repeat):
-                for b in order:
-                    ns, rec = run_one(builds[b], b == "floor", wl, iters)
-                    runs[b].append(ns)
-                    if b == "full" and rec:
-                        recs.append(rec)
-                    log(f"rep {rep} {wl} {b}: {ns:.0f} BPF ns a module call")
-            results[wl] = {"runs": {str(k): v for k, v in runs.items()},
-                           "record_bytes_per_call": statistics.median(recs) if recs else None}
-            report(wl, iters, opts.repeat, runs, recs)
-    finally:
-        subprocess.run(["sysctl", "-qw", f"kernel.bpf_stats_enabled={stats_was}"])
+    for wl in opts.workloads.split(","):
+        iters = opts.iters or ITERS.get(wl, 200)
+        runs = {b: [] for b in order}
+        recs = []
+        for rep in range(opts.repeat):
+            for b in order:
+                ns, rec = run_one(builds[b], b == "floor", wl, iters)
+                runs[b].append(ns)
+                if b == "full" and rec:
+                    recs.append(rec)
+                log(f"rep {rep} {wl} {b}: {ns:.0f} BPF ns a module call")
+        results[wl] = {"runs": {str(k): v for k, v in runs.items()},
+                       "record_bytes_per_call": statistics.median(recs) if recs else None}
+        report(wl, iters, opts.repeat, runs, recs)
     if opts.out:
         with open(opts.out, "w") as f:
             json.dump(results, f, indent=1)

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -63,25 +64,45 @@ def wait_for_file(path, proc, timeout=60):
         time.sleep(0.02)
 
 
-def test_marker_probe_waits_for_the_hosts_import(evmbpf, tmp_path):
-    """The phase markers' probe traps at every `with` and, on 3.11-3.13, at every
-    isinstance() against a class with a metaclass: it is placed only once the host imports
-    evalmetry.debug (the target held at that import), and markers after it are followed."""
+STATS = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+@contextmanager
+def stepped_under_stats(workload, tmp_path):
+    """A workload of tests/workloads that waits at its steps (steps/goN, steps/doneN),
+    with kernel.bpf_stats_enabled on (as it was after), and `evmbpf --pid -v` on it, once
+    it has said it is attached: (steps, out, target, tracer, what it said until then).
+    Both are killed after the block where still running."""
     steps, out = tmp_path / "steps", str(tmp_path / "t.jsonl")
     steps.mkdir()
-    with open("/proc/sys/kernel/bpf_stats_enabled") as handle:
+    with open(STATS) as handle:
         stats_were = handle.read().strip()
-    target = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, "markers_late.py"),
+    target = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, workload),
                                REFERENCE, str(steps)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     tracer = None
     try:
         wait_for_line(target.stdout, "ready", 60)
-        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
+        with open(STATS, "w") as handle:
             handle.write("1")
         tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out, "-v"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for_line(tracer.stderr, "attached to", 120)
+        log = wait_for_line(tracer.stderr, "attached to", 120)
+        yield steps, out, target, tracer, log
+    finally:
+        with open(STATS, "w") as handle:
+            handle.write(stats_were)
+        for proc in (target, tracer):
+            if proc and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_marker_probe_waits_for_the_hosts_import(evmbpf, tmp_path):
+    """The phase markers' probe traps at every `with` and, on 3.11-3.13, at every
+    isinstance() against a class with a metaclass: it is placed only once the host imports
+    evalmetry.debug (the target held at that import), and markers after it are followed."""
+    with stepped_under_stats("markers_late.py", tmp_path) as (steps, out, target, tracer, _):
         (steps / "go1").touch()
         wait_for_file(str(steps / "done1"), target)
         before = program_runs(tracer.pid)
@@ -97,13 +118,6 @@ def test_marker_probe_waits_for_the_hosts_import(evmbpf, tmp_path):
         assert tracer.wait(timeout=60) == 0
         log = tracer.stderr.read()
         assert "phase markers followed from here" in log, log
-    finally:
-        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
-            handle.write(stats_were)
-        for proc in (target, tracer):
-            if proc and proc.poll() is None:
-                proc.kill()
-                proc.wait()
     enters = [e for e in load(out) if e["event"] == "enter"]
     assert len(enters) == 201, len(enters)
     assert {e["phase"] for e in enters[:-1]} == {"other"}  # the reference's outside any
@@ -116,21 +130,7 @@ def test_marker_probe_not_run_per_module_call(evmbpf, tmp_path):
     torch.Tensor run the marker program not once (the probe is on the eval loop's `with`
     lookups, not on _PyObject_LookupSpecial, which isinstance() calls too on 3.11); a
     `with phase()` after them is followed."""
-    steps, out = tmp_path / "steps", str(tmp_path / "t.jsonl")
-    steps.mkdir()
-    with open("/proc/sys/kernel/bpf_stats_enabled") as handle:
-        stats_were = handle.read().strip()
-    target = subprocess.Popen([HOST_PYTHON, os.path.join(OWN_WORKLOADS, "markers_idle.py"),
-                               REFERENCE, str(steps)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    tracer = None
-    try:
-        wait_for_line(target.stdout, "ready", 60)
-        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
-            handle.write("1")
-        tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out, "-v"],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        log = wait_for_line(tracer.stderr, "attached to", 120)
+    with stepped_under_stats("markers_idle.py", tmp_path) as (steps, out, target, tracer, log):
         assert "phase markers: the probe goes on the eval loop's" in log, log
         before = program_runs(tracer.pid)
         markers = [name for name in before if name.startswith("marker_enter")]
@@ -148,13 +148,6 @@ def test_marker_probe_not_run_per_module_call(evmbpf, tmp_path):
         assert sum(after[name] - during[name] for name in markers) >= 1, (during, after)
         assert target.wait(timeout=60) == 0, target.stderr.read()
         assert tracer.wait(timeout=60) == 0
-    finally:
-        with open("/proc/sys/kernel/bpf_stats_enabled", "w") as handle:
-            handle.write(stats_were)
-        for proc in (target, tracer):
-            if proc and proc.poll() is None:
-                proc.kill()
-                proc.wait()
     enters = [e for e in load(out) if e["event"] == "enter"]
     assert len(enters) == 603, len(enters)
     assert {e["phase"] for e in enters[:-3]} == {"other"}

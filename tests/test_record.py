@@ -1671,8 +1671,14 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
             proc.communicate(timeout=600)
         assert [p.returncode for p in ranks] == [1] * BURST, rec.stderr()[-3000:]
         assert oom.returncode == -signal.SIGKILL, (oom.returncode, rec.stderr()[-3000:])
+        # every rank's file by its name, and the OOM-killed one's (not a count: a stray
+        # file would end the wait early)
+        want = {f"job-burst/evmbpf-{p.pid}-rank{r}@{HOST}.jsonl" for r, p in enumerate(ranks)}
         deadline = time.monotonic() + FILE_WAIT_S
-        while len(files_of(rec.dir)) < BURST + 1 and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            files = files_of(rec.dir)
+            if want <= files and any(pid_of_file(f) == oom.pid for f in files):
+                break
             time.sleep(0.2)
         time.sleep(1)
         files = files_of(rec.dir)
@@ -1687,9 +1693,10 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
             pass
     assert rc == 0, rec.stderr()
     pids = {p.pid: r for r, p in enumerate(ranks)}
-    want = {f"job-burst/evmbpf-{pid}-rank{r}@{HOST}.jsonl" for pid, r in pids.items()}
     got = {f for f in files if pid_of_file(f) in pids}
-    assert got == want, (sorted(want - got), sorted(files), rec.stderr()[-3000:])
+    lost = {pid_of_file(f) for f in want - got}
+    assert got == want, (sorted(want - got), sorted(files), "".join(
+        ln for ln in rec.lines if any(str(pid) in ln for pid in lost)) or rec.stderr()[-3000:])
     for name in sorted(got):
         assert_equals_reference_tail(refs["raise-tail"], os.path.join(rec.dir, name))
     mine = [f for f in files if pid_of_file(f) == oom.pid]

@@ -70,6 +70,12 @@ static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
 	pending_drop(j, pid);
 	struct proc *p = NULL;
+	if (live_proc(j, pid)) {
+		/* traced already: one session a process (a second would share its slot) */
+		debugx("%d is traced already", pid);
+		resume(pid, tid, how);
+		return;
+	}
 	if (j->node ? record_wanted(&j->opts->record, j->node->match, pid) : target_is_python(pid)) {
 		if (j->follow->execs_only) {
 			/* a launched command's Python: an exec of it ends its trace (the
@@ -163,6 +169,13 @@ static int python_started(pid_t pid)
 
 int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 {
+	if (live_proc(j, pid) || pending_slot(j, pid, 0) >= 0) {
+		/* a second record of one process (two execs told before the first was read,
+		 * `sh -c 'exec python3 ...'`): it is traced, or held, already */
+		debugx("%d exec'd again before its first exec was read: held or traced already",
+		       pid);
+		return 1;
+	}
 	if (!record_chosen(&j->opts->record, j->node->match, pid) || !python_named(pid))
 		return 0;
 	int waiting = 0;
@@ -291,8 +304,11 @@ static int on_follow(void *ctx, void *data, size_t size)
 			watchdog_hold(pid, 1);
 		}
 		struct proc *old = live_proc(j, pid);
-		if (old && r->why == 2 && pending_slot(j, pid, 0) < 0) {
-			resume(pid, (pid_t)r->hdr.tid, how); /* attached already (pending_late) */
+		if (old && r->why == 2) {
+			/* attached already (follow_pending_late): an entry point is no exec, its
+			 * trace goes on */
+			pending_drop(j, pid);
+			resume(pid, (pid_t)r->hdr.tid, how);
 			break;
 		}
 		if (old) { /* a traced process exec'd: its trace ends */

@@ -182,7 +182,12 @@ void proc_end(struct job *j, struct proc *p)
 				"program is not traced\n", p->s.target.pid);
 		return;
 	}
-	if (p->s.discard) {
+	if (p->s.discard && !called && p->s.ended && p->s.exit_code > 0 &&
+	    (p->s.target.torch_version[0] || (p->s.ps && p->s.ps->torch_loaded))) {
+		/* a death with torch imported is never lost without a word */
+		warnx_("%d ended (%s) with torch imported and no module call traced: no trace",
+		       p->s.target.pid, how);
+	} else if (p->s.discard) {
 		debugx("%d ended (%s): no trace needed", p->s.target.pid, how[0] ? how : "-");
 	} else if ((p->forked || p->s.execed) && !called && strcmp(p->out, "-")) {
 		unlink(p->out); /* a worker, or a program that exec'd, that called no module */

@@ -319,8 +319,9 @@ class Recorder:
             raise AssertionError(f"evmbpf record did not end {timeout} s after SIGTERM:\n"
                                  f"{self.stderr()}")
         self._reader.join(10)
-        # all it said, beside its folder, for a failure whose message keeps only a tail
-        with open(os.path.join(os.path.dirname(self.dir), "recorder.stderr"), "w") as out:
+        # all it said, beside its folder (DIR.stderr), for a failure whose message keeps
+        # only a tail
+        with open(self.dir.rstrip("/") + ".stderr", "w") as out:
             out.write(self.stderr())
         return rc
 

@@ -70,12 +70,6 @@ static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
 	pending_drop(j, pid);
 	struct proc *p = NULL;
-	if (live_proc(j, pid)) {
-		/* traced already: one session a process (a second would share its slot) */
-		debugx("%d is traced already", pid);
-		resume(pid, tid, how);
-		return;
-	}
 	if (j->node ? record_wanted(&j->opts->record, j->node->match, pid) : target_is_python(pid)) {
 		if (j->follow->execs_only) {
 			/* a launched command's Python: an exec of it ends its trace (the

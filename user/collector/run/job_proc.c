@@ -182,9 +182,9 @@ void proc_end(struct job *j, struct proc *p)
 				"program is not traced\n", p->s.target.pid);
 		return;
 	}
-	if (p->s.discard && !called && p->s.ended && p->s.exit_code > 0 &&
+	if (p->s.discard && !called && policy_keep(&p->opts.record, p, 1) &&
 	    (p->s.target.torch_version[0] || (p->s.ps && p->s.ps->torch_loaded))) {
-		/* a death with torch imported is never lost without a word */
+		/* an end the policies keep, with torch imported, is never lost without a word */
 		warnx_("%d ended (%s) with torch imported and no module call traced: no trace",
 		       p->s.target.pid, how);
 	} else if (p->s.discard) {

@@ -118,6 +118,70 @@ def test_dev_zero_is_not_read(evmbpf, share, tmp_path):
     assert peak < 200 * 1024, f"evmbpf's peak resident size: {peak} kB"
 
 
+def fake_torch(share, make_version):
+    """share/torch/_C.<abi>.so (a copy of a stdlib extension: what a process maps under
+    that name is its own choice) with version.py beside it made by make_version(path)."""
+    import sysconfig
+    torch_dir = os.path.join(share, "torch")
+    os.mkdir(torch_dir)
+    os.chmod(torch_dir, 0o755)
+    ext = subprocess.run([HOST_PYTHON, "-c", "import _bz2; print(_bz2.__file__)"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    lib = os.path.join(torch_dir, "_C" + ext[ext.index(".cpython"):])
+    shutil.copy(ext, lib)
+    os.chmod(lib, 0o755)
+    make_version(os.path.join(torch_dir, "version.py"))
+    return lib
+
+
+def torch_version_dumped(evmbpf, lib):
+    """What `evmbpf dump --json` says of torch's version in nobody's process that maps
+    lib; the dump must end within 30 s."""
+    import json
+    target = subprocess.Popen(["runuser", "-u", "nobody", "--", HOST_PYTHON, "-c",
+                               "import ctypes, os, sys, time; ctypes.CDLL(sys.argv[1]); "
+                               "print(os.getpid(), flush=True); time.sleep(120)", lib],
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        pid = int(target.stdout.readline())
+        dumped = subprocess.run([evmbpf, "dump", "--pid", str(pid), "--json"],
+                                capture_output=True, text=True, timeout=30)
+    finally:
+        os.killpg(target.pid, signal.SIGKILL)
+        target.wait()
+    assert dumped.returncode == 0, dumped.stderr
+    return json.loads(dumped.stdout)["torch"]
+
+
+def write_version(text, mode):
+    def make(path):
+        with open(path, "w") as handle:
+            handle.write(text)
+        os.chmod(path, mode)
+    return make
+
+
+def test_torch_version_is_read_as_the_target(evmbpf, share):
+    """torch's version is read from the version.py beside the file a process maps as
+    torch/_C.*.so: a file of its user's choosing. Read with that user's rights, it gives
+    the version nobody can read, and not a root-only file's line."""
+    lib = fake_torch(share, write_version('"""x"""\n__version__ = "9.8.7"\n', 0o644))
+    assert torch_version_dumped(evmbpf, lib) == "9.8.7"
+    secret = os.path.join(share, "secret.py")
+    write_version('__version__ = "THE-SECRET"\n', 0o600)(secret)
+    version = os.path.join(os.path.dirname(lib), "version.py")
+    os.unlink(version)
+    os.symlink(secret, version)
+    assert torch_version_dumped(evmbpf, lib) == "unknown"
+
+
+def test_torch_version_fifo_does_not_block(evmbpf, share):
+    """version.py a FIFO nobody writes to: never opened for reading (that would block
+    evmbpf, and with it the recorder's every process); the version is unknown."""
+    lib = fake_torch(share, lambda p: (os.mkfifo(p), os.chmod(p, 0o666)))
+    assert torch_version_dumped(evmbpf, lib) == "unknown"
+
+
 @pytest.mark.parametrize("how", ["writable", "sticky", "owned", "parent"])
 def test_record_dir_others_can_write_is_refused(evmbpf, tmp_path, how):
     """evmbpf record --dir a folder someone else can write (0777, even sticky), one not

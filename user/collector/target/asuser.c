@@ -1,23 +1,27 @@
 /* A file the target names, read with the target's own rights. A traceback's file names
- * come from the traced process (`compile(src, PATH, "exec")` names any path), and evmbpf
- * runs as root: opened with root's rights, a name would read a file its user may not
- * (line 1 of a root-only file into that user's own trace), block evmbpf in the open of
- * a FIFO, or feed it /dev/zero without end. So the read runs in a child of evmbpf that
- * has taken the target's uid, gid and groups (from /proc/PID/status, read at its
- * attach), looks the name up through the target's root (O_PATH: no device or FIFO is
- * opened), refuses anything but a regular file, opens that inode without blocking, reads at most SOURCE_READ_MAX bytes, and hands one line back
- * through a pipe; evmbpf waits for it SOURCE_WAIT_MS at most and kills it then. */
+ * come from the traced process (`compile(src, PATH, "exec")` names any path), and so does
+ * the folder of torch's version.py (whatever file it maps as torch/_C.*.so); evmbpf runs
+ * as root: opened with root's rights, a name would read a file its user may not (line 1
+ * of a root-only file into that user's own trace), block evmbpf in the open of a FIFO,
+ * or feed it /dev/zero without end. So the read runs in a child of evmbpf that has taken
+ * the target's uid, gid and groups (from /proc/PID/status), looks the name up inside the
+ * target's root (O_PATH: no device or FIFO is opened; RESOLVE_IN_ROOT: an absolute link
+ * or ".." stays inside it), refuses anything but a regular file, opens that inode without
+ * blocking, reads at most SOURCE_READ_MAX bytes, and hands one line back through a pipe;
+ * evmbpf waits for it SOURCE_WAIT_MS at most and kills it then. */
 #include "asuser.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,16 +70,46 @@ int target_creds(pid_t pid, struct target_creds *c)
 	return c->known ? 0 : -1;
 }
 
+/* Which line a child hands back: line lineno, or (lineno 0) the first that begins with
+ * prefix. */
+struct wanted {
+	int lineno;
+	const char *prefix;
+};
+
+static int is_wanted(const struct wanted *w, int n, const char *line, size_t len)
+{
+	if (w->lineno)
+		return n == w->lineno;
+	size_t plen = strlen(w->prefix);
+	return len >= plen && !memcmp(line, w->prefix, plen);
+}
+
+/* path looked up under root_fd as if root_fd were "/" (an absolute link or ".." does not
+ * leave the target's root), no /proc magic link followed; openat where the kernel has no
+ * openat2 (before 5.6). */
+static int open_in_root(int root_fd, const char *path)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_CLOEXEC,
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, root_fd, path, &how, sizeof(how));
+	if (fd < 0 && errno == ENOSYS)
+		fd = openat(root_fd, path, O_PATH | O_CLOEXEC);
+	return fd;
+}
+
 /* The child: the target's rights, then the line. Exits 0 with the line written. */
 static void child_read(int out, const struct target_creds *c, int root_fd, const char *path,
-		       int lineno)
+		       const struct wanted *w)
 {
 	if (setgroups((size_t)c->ngroups, c->groups) || setresgid(c->gid, c->gid, c->gid) ||
 	    setresuid(c->uid, c->uid, c->uid))
 		_exit(2);
 	/* looked at before it is opened: an O_PATH descriptor opens no device and no FIFO;
 	 * a regular file's inode is then opened through it (it cannot become another) */
-	int at = openat(root_fd, path, O_PATH | O_CLOEXEC);
+	int at = open_in_root(root_fd, path);
 	struct stat st;
 	if (at < 0 || fstat(at, &st) || !S_ISREG(st.st_mode))
 		_exit(3);
@@ -95,27 +129,35 @@ static void child_read(int out, const struct target_creds *c, int root_fd, const
 		if (got <= 0)
 			break;
 		for (ssize_t i = 0; i < got; i++) {
-			if (n == lineno && len < sizeof(cur))
+			if (len < sizeof(cur))
 				cur[len++] = buf[i];
-			if (buf[i] == '\n' && n++ == lineno) {
+			if (buf[i] != '\n')
+				continue;
+			if (is_wanted(w, n, cur, len)) {
 				if (write(out, cur, len) != (ssize_t)len)
 					_exit(4);
 				_exit(0);
 			}
+			n++;
+			len = 0;
 		}
 		total += (size_t)got;
 		if (total >= SOURCE_READ_MAX)
 			_exit(5);
 	}
-	if (n == lineno && len && write(out, cur, len) != (ssize_t)len) /* a last line without \n */
-		_exit(4);
-	_exit(n == lineno && len ? 0 : 6);
+	/* a last line without \n */
+	if (len && is_wanted(w, n, cur, len)) {
+		if (write(out, cur, len) != (ssize_t)len)
+			_exit(4);
+		_exit(0);
+	}
+	_exit(6);
 }
 
-char *read_line_as_target(const struct target_creds *c, int root_fd, const char *path,
-			  int lineno)
+static char *read_as_target(const struct target_creds *c, int root_fd, const char *path,
+			    const struct wanted *w)
 {
-	if (lineno <= 0 || root_fd < 0 || !path[0] || !c->known)
+	if (root_fd < 0 || !path[0] || !c->known)
 		return NULL;
 	int fds[2];
 	if (pipe2(fds, O_CLOEXEC))
@@ -129,7 +171,7 @@ char *read_line_as_target(const struct target_creds *c, int root_fd, const char 
 	if (child == 0) {
 		close(fds[0]);
 		signal(SIGPIPE, SIG_DFL);
-		child_read(fds[1], c, root_fd, path, lineno);
+		child_read(fds[1], c, root_fd, path, w);
 	}
 	close(fds[1]);
 	char *line = xmalloc(SOURCE_LINE_MAX + 1);
@@ -145,8 +187,8 @@ char *read_line_as_target(const struct target_creds *c, int root_fd, const char 
 		if (ready < 0 && errno == EINTR)
 			continue;
 		if (ready <= 0) {
-			debugx("reading line %d of %s as the target took over %d ms: not read", lineno,
-			       path, SOURCE_WAIT_MS);
+			debugx("reading %s as the target took over %d ms: not read", path,
+			       SOURCE_WAIT_MS);
 			kill(child, SIGKILL);
 			len = 0;
 			break;
@@ -170,4 +212,22 @@ char *read_line_as_target(const struct target_creds *c, int root_fd, const char 
 	}
 	line[len] = 0;
 	return line;
+}
+
+char *read_line_as_target(const struct target_creds *c, int root_fd, const char *path,
+			  int lineno)
+{
+	if (lineno <= 0)
+		return NULL;
+	struct wanted w = { .lineno = lineno };
+	return read_as_target(c, root_fd, path, &w);
+}
+
+char *find_line_as_target(const struct target_creds *c, int root_fd, const char *path,
+			  const char *prefix)
+{
+	if (!prefix[0])
+		return NULL;
+	struct wanted w = { .prefix = prefix };
+	return read_as_target(c, root_fd, path, &w);
 }

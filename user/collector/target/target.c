@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <stddef.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,40 +626,39 @@ static int find_torch_lib(void *arg, const struct mapping *m)
 	if (!hit || strchr(hit + 10, '/'))
 		return 0;
 	snprintf(t->torch_lib, sizeof(t->torch_lib), "%s", m->path);
-	open_path(t, m, t->torch_open, sizeof(t->torch_open));
 	return 1;
 }
 
+/* version.py is found by the name of a file the target maps: read as the target
+ * (asuser.c), never with root's rights. */
 int target_find_torch(struct target *t)
 {
 	if (t->torch_version[0])
 		return 1;
 	if (each_mapping(t->pid, find_torch_lib, t) <= 0)
 		return 0;
-	char dir[PATH_MAX], file[PATH_MAX + 80];
-	snprintf(dir, sizeof(dir), "%s", t->torch_open);
-	char *slash = strrchr(dir, '/');
-	if (slash)
-		*slash = 0;
-	snprintf(file, sizeof(file), "%s/version.py", dir);
-	FILE *f = fopen(file, "re");
 	snprintf(t->torch_version, sizeof(t->torch_version), "unknown");
-	if (!f)
+	char file[PATH_MAX + 16];
+	snprintf(file, sizeof(file), "%s", t->torch_lib);
+	char *slash = strrchr(file, '/');
+	struct target_creds c;
+	if (file[0] != '/' || !slash || target_creds(t->pid, &c))
 		return 1;
-	char line[256];
-	while (fgets(line, sizeof(line), f)) {
-		char *q;
-		if (strncmp(line, "__version__", 11) || !(q = strpbrk(line, "'\"")))
-			continue;
+	snprintf(slash, sizeof(file) - (size_t)(slash - file), "/version.py");
+	int root_fd = open(t->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char *line = find_line_as_target(&c, root_fd, file + 1, "__version__");
+	if (root_fd >= 0)
+		close(root_fd);
+	char *q = line ? strpbrk(line, "'\"") : NULL;
+	if (q) {
 		char quote = *q++;
 		char *end = strchr(q, quote);
 		if (end) {
 			*end = 0;
 			snprintf(t->torch_version, sizeof(t->torch_version), "%s", q);
 		}
-		break;
 	}
-	fclose(f);
+	free(line);
 	return 1;
 }
 

@@ -47,7 +47,6 @@ struct target {
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */
-	char torch_open[PATH_MAX];    /* the same, as evmbpf opens it */
 	char pidns[32], tidns_note[8];
 	uint64_t pid_ns_inode;        /* the namespace of the trace's pids and tids (evmbpf's) */
 	uint64_t target_pid_ns_inode; /* the target's own pid namespace */

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include "pyfmt.h"
 
@@ -238,4 +240,33 @@ uint64_t mono_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int reopen_regular(int path_fd)
+{
+	if (path_fd < 0)
+		return -1;
+	struct stat st;
+	if (fstat(path_fd, &st) || !S_ISREG(st.st_mode)) {
+		close(path_fd);
+		errno = EINVAL;
+		return -1;
+	}
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", path_fd);
+	int fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	int saved = errno;
+	close(path_fd);
+	if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+		close(fd);
+		saved = EINVAL;
+		fd = -1;
+	}
+	errno = saved;
+	return fd;
+}
+
+int open_regular(const char *path)
+{
+	return reopen_regular(open(path, O_PATH | O_CLOEXEC));
 }

@@ -60,4 +60,12 @@ int bad_option(const char *cmd, int c, char *const argv[]);
 /* CLOCK_MONOTONIC in nanoseconds: the one clock for timeouts, graces and intervals. */
 uint64_t mono_ns(void);
 
+/* A regular file opened for reading, looked at before it is opened: path_fd (O_PATH,
+ * closed here) is reopened only when it is a regular file, without blocking and never as
+ * a terminal, so a name another user controls cannot make evmbpf open a FIFO or a
+ * device. A descriptor, or -1 (errno EINVAL: not a regular file). */
+int reopen_regular(int path_fd);
+/* The same for a path: open(path, O_PATH), then reopen_regular. */
+int open_regular(const char *path);
+
 #endif

@@ -17,6 +17,8 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include "util.h"
+
 int cupti_agent_path(char *out, size_t size)
 {
 	const char *given = getenv("EVMBPF_CUPTI_AGENT");
@@ -53,7 +55,7 @@ static long glibc_rank(const char *name)
  * its rank, 0 when none, -1 when the file cannot be read as ELF. */
 static long glibc_version_of(const char *path, int need)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open_regular(path); /* the target's libc, by its maps' name */
 	if (fd < 0)
 		return -1;
 	elf_version(EV_CURRENT);

@@ -71,18 +71,20 @@ int target_creds(pid_t pid, struct target_creds *c)
 }
 
 /* Which line a child hands back: line lineno, or (lineno 0) the first that begins with
- * prefix. */
+ * prefix and holds needle (either may be NULL). */
 struct wanted {
 	int lineno;
-	const char *prefix;
+	const char *prefix, *needle;
 };
 
 static int is_wanted(const struct wanted *w, int n, const char *line, size_t len)
 {
 	if (w->lineno)
 		return n == w->lineno;
-	size_t plen = strlen(w->prefix);
-	return len >= plen && !memcmp(line, w->prefix, plen);
+	size_t plen = w->prefix ? strlen(w->prefix) : 0;
+	if (len < plen || memcmp(line, w->prefix, plen))
+		return 0;
+	return !w->needle || memmem(line, len, w->needle, strlen(w->needle));
 }
 
 /* path looked up under root_fd as if root_fd were "/" (an absolute link or ".." does not
@@ -109,14 +111,8 @@ static void child_read(int out, const struct target_creds *c, int root_fd, const
 		_exit(2);
 	/* looked at before it is opened: an O_PATH descriptor opens no device and no FIFO;
 	 * a regular file's inode is then opened through it (it cannot become another) */
-	int at = open_in_root(root_fd, path);
-	struct stat st;
-	if (at < 0 || fstat(at, &st) || !S_ISREG(st.st_mode))
-		_exit(3);
-	char self[64];
-	snprintf(self, sizeof(self), "/proc/self/fd/%d", at);
-	int fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
+	int fd = reopen_regular(open_in_root(root_fd, path));
+	if (fd < 0)
 		_exit(3);
 	static char buf[1 << 16];
 	static char cur[SOURCE_LINE_MAX];
@@ -224,10 +220,10 @@ char *read_line_as_target(const struct target_creds *c, int root_fd, const char 
 }
 
 char *find_line_as_target(const struct target_creds *c, int root_fd, const char *path,
-			  const char *prefix)
+			  const char *prefix, const char *needle)
 {
-	if (!prefix[0])
+	if (!prefix && !needle)
 		return NULL;
-	struct wanted w = { .prefix = prefix };
+	struct wanted w = { .prefix = prefix, .needle = needle };
 	return read_as_target(c, root_fd, path, &w);
 }

@@ -26,9 +26,10 @@ int target_creds(pid_t pid, struct target_creds *c);
 char *read_line_as_target(const struct target_creds *c, int root_fd, const char *path,
 			  int lineno);
 
-/* The first line of path that begins with prefix, read as read_line_as_target reads
- * (the same rights, bounds and wait); NULL when none is found so. */
+/* The first line of path that begins with prefix and holds needle (either may be NULL),
+ * read as read_line_as_target reads (the same rights, bounds and wait); NULL when none
+ * is found so. */
 char *find_line_as_target(const struct target_creds *c, int root_fd, const char *path,
-			  const char *prefix);
+			  const char *prefix, const char *needle);
 
 #endif

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util.h"
+
 struct elf_file {
 	int fd;
 	Elf *elf;
@@ -24,7 +26,7 @@ struct elf_file *elf_file_open(const char *path)
 		errno = ENOSYS;
 		return NULL;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open_regular(path); /* a name from the target's maps: no FIFO, no device */
 	if (fd < 0)
 		return NULL;
 	struct stat st;

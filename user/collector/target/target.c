@@ -629,6 +629,19 @@ static int find_torch_lib(void *arg, const struct mapping *m)
 	return 1;
 }
 
+char *target_find_line(const struct target *t, const char *path, const char *prefix,
+		       const char *needle)
+{
+	struct target_creds c;
+	if (path[0] != '/' || target_creds(t->pid, &c))
+		return NULL;
+	int root_fd = open(t->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char *line = find_line_as_target(&c, root_fd, path + 1, prefix, needle);
+	if (root_fd >= 0)
+		close(root_fd);
+	return line;
+}
+
 /* version.py is found by the name of a file the target maps: read as the target
  * (asuser.c), never with root's rights. */
 int target_find_torch(struct target *t)
@@ -641,14 +654,10 @@ int target_find_torch(struct target *t)
 	char file[PATH_MAX + 16];
 	snprintf(file, sizeof(file), "%s", t->torch_lib);
 	char *slash = strrchr(file, '/');
-	struct target_creds c;
-	if (file[0] != '/' || !slash || target_creds(t->pid, &c))
+	if (file[0] != '/' || !slash)
 		return 1;
 	snprintf(slash, sizeof(file) - (size_t)(slash - file), "/version.py");
-	int root_fd = open(t->root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	char *line = find_line_as_target(&c, root_fd, file + 1, "__version__");
-	if (root_fd >= 0)
-		close(root_fd);
+	char *line = target_find_line(t, file, "__version__", NULL);
 	char *q = line ? strpbrk(line, "'\"") : NULL;
 	if (q) {
 		char quote = *q++;

@@ -64,6 +64,11 @@ int target_inspect(struct target *t, pid_t pid);
 int target_inspect_quiet(struct target *t, pid_t pid);
 /* Look for torch in the target's mappings; fills torch_version. 1 when found. */
 int target_find_torch(struct target *t);
+/* The first line of path (the target's name for it, absolute) that begins with prefix
+ * and holds needle (either NULL), read with the target's rights inside its root
+ * (asuser.c): a string to free, or NULL. */
+char *target_find_line(const struct target *t, const char *path, const char *prefix,
+		       const char *needle);
 /* The pid of a process in its own pid namespace (the last NSpid entry); pid itself
  * when the kernel does not say. */
 int target_ns_pid(pid_t pid);

@@ -149,22 +149,18 @@ static const char *config_jit(const struct target *t, char *buf, size_t cap)
 		glob_t g;
 		if (glob(pattern, 0, NULL, &g))
 			continue;
-		FILE *f = fopen(g.gl_pathv[0], "re");
+		/* the build's own file, maybe a user's: read as the target (asuser.c) */
+		char *line = target_find_line(t, g.gl_pathv[0] + strlen(t->root), NULL,
+					      "--enable-experimental-jit");
 		globfree(&g);
-		if (!f)
-			continue;
-		char line[8192];
 		buf[0] = 0;
-		while (fgets(line, sizeof(line), f)) {
+		if (line) {
 			char *at = strstr(line, "--enable-experimental-jit");
-			if (!at || !strstr(line, "'CONFIG_ARGS'"))
-				continue;
 			at += strlen("--enable-experimental-jit");
 			size_t n = *at == '=' ? strcspn(at + 1, "' \"") : 0;
 			snprintf(buf, cap, "%.*s", (int)(n ? n : 3), n ? at + 1 : "yes");
-			break;
+			free(line);
 		}
-		fclose(f);
 		return buf;
 	}
 	return NULL;

@@ -629,6 +629,69 @@ static int find_torch_lib(void *arg, const struct mapping *m)
 	return 1;
 }
 
+/* torch < 1.8 keeps a tensor's dtype as a pointer to a static caffe2 TypeMetaData
+ * record, the one libc10's caffe2::TypeMeta::_typeMetaDataInstance<T>() returns: code
+ * `lea REC(%rip), %rax; ret`. So each record's address comes from the file and the
+ * library's load bias, by T as the symbol's name mangles it: found while the process
+ * runs, it names the dtypes of records described after the process has gone (reading
+ * a record's own name then fails). */
+static const struct { const char *mangled; int dtype; } meta_types[] = {
+	{ "h", 0 }, { "a", 1 }, { "s", 2 }, { "i", 3 }, { "l", 4 }, { "N3c104HalfE", 5 },
+	{ "f", 6 }, { "d", 7 }, { "N3c107complexINS2_4HalfEEE", 8 },
+	{ "N3c107complexIfEE", 9 }, { "N3c107complexIdEE", 10 }, { "b", 11 },
+	{ "N3c105qint8E", 12 }, { "N3c106quint8E", 13 }, { "N3c106qint32E", 14 },
+	{ "N3c108BFloat16E", 15 },
+};
+
+struct c10_search {
+	struct target *t;
+	char path[PATH_MAX];
+	uint64_t start;
+};
+
+static int find_c10(void *arg, const struct mapping *m)
+{
+	struct c10_search *s = arg;
+	const char *base = strrchr(m->path, '/');
+	if (m->offset != 0 || strncmp(base + 1, "libc10.so", 9))
+		return 0;
+	open_path(s->t, m, s->path, sizeof(s->path));
+	s->start = m->start;
+	return 1;
+}
+
+static void find_torch_metas(struct target *t)
+{
+	int major = 0, minor = 0;
+	if (sscanf(t->torch_version, "%d.%d", &major, &minor) == 2 &&
+	    (major > 1 || (major == 1 && minor >= 8)))
+		return; /* a dtype is a ScalarType number there */
+	struct c10_search s = { .t = t };
+	if (each_mapping(t->pid, find_c10, &s) <= 0)
+		return;
+	struct elf_file *f = elf_file_open(s.path);
+	if (!f)
+		return;
+	uint64_t bias = s.start - elf_file_base_vaddr(f);
+	for (size_t i = 0; i < sizeof(meta_types) / sizeof(meta_types[0]); i++) {
+		char name[160];
+		snprintf(name, sizeof(name), "_ZN6caffe28TypeMeta21_typeMetaDataInstanceI%sEEPKNS_"
+			 "6detail12TypeMetaDataEv", meta_types[i].mangled);
+		uint64_t fn;
+		uint8_t code[8];
+		if (elf_file_symbol(f, name, &fn, NULL) || elf_file_read(f, fn, code, sizeof(code)) ||
+		    code[0] != 0x48 || code[1] != 0x8d || code[2] != 0x05 || code[7] != 0xc3)
+			continue;
+		int32_t disp;
+		memcpy(&disp, code + 3, 4);
+		int n = t->ntorch_metas++;
+		t->torch_metas[n].rec = bias + fn + 7 + (uint64_t)(int64_t)disp;
+		t->torch_metas[n].dtype = meta_types[i].dtype;
+	}
+	elf_file_close(f);
+	debugx("%d: %d of libc10's TypeMetaData records found", t->pid, t->ntorch_metas);
+}
+
 char *target_find_line(const struct target *t, const char *path, const char *prefix,
 		       const char *needle)
 {
@@ -668,6 +731,7 @@ int target_find_torch(struct target *t)
 		}
 	}
 	free(line);
+	find_torch_metas(t);
 	return 1;
 }
 

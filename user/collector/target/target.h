@@ -47,6 +47,10 @@ struct target {
 	int slot_tp_call_found_by;    /* 0 symbol, 1 slotdefs table */
 	char torch_version[64];       /* "" until torch is imported */
 	char torch_lib[PATH_MAX];     /* torch/_C.*.so as the target names it */
+	/* torch < 1.8: the TypeMetaData records of libc10 a tensor's dtype points to, by
+	 * ScalarType number (found from the file while the process runs: target.c) */
+	struct { uint64_t rec; int dtype; } torch_metas[16];
+	int ntorch_metas;
 	char pidns[32], tidns_note[8];
 	uint64_t pid_ns_inode;        /* the namespace of the trace's pids and tids (evmbpf's) */
 	uint64_t target_pid_ns_inode; /* the target's own pid namespace */

@@ -56,6 +56,9 @@ int describe_value(struct describe_ctx *ctx, struct node_cursor *c, struct buf *
  * type names through ctx->type_name, which keeps them; torch < 1.8's dtypes): an event
  * kept raw may be described after its process has gone. */
 void describe_prepare(struct describe_ctx *ctx, const uint8_t *p, size_t len);
+/* torch < 1.8: the TypeMetaData record at meta is dtype's (found while the process ran:
+ * target.c), whatever a read of it later gives. */
+void describe_known_meta(struct describe_ctx *ctx, uint64_t meta, int dtype);
 /* The args tuple node as a JSON list, the kwargs node as a JSON object. */
 int describe_args(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);
 int describe_kwargs(struct describe_ctx *ctx, struct node_cursor *c, struct buf *out);

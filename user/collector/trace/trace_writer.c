@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cudamem.h"
+#include "describe.h"
 #include "gpu_calls.h"
 #include "hwwatch.h"
 #include "jsonw.h"
@@ -60,6 +61,9 @@ void trace_header(struct trace *t)
 		return;
 	t->header_written = 1;
 	target_find_torch(t->target);
+	for (int i = 0; i < t->target->ntorch_metas; i++)
+		describe_known_meta(t->dctx, t->target->torch_metas[i].rec,
+				    t->target->torch_metas[i].dtype);
 	struct buf b = {0};
 	int f = 1;
 	buf_putc(&b, '{');

@@ -17,6 +17,9 @@
  *      record still is: the target waits for it)
  *   5  no bound-call check (the rest as a full build)
  *   6  the bound-call check's known-frame test, no walk of the frames
+ *   7  no enter output: an enter record is described and not handed to the ring
+ *      buffer (a held one still is); exits are as a full build's (what one record a
+ *      call instead of two could save at most)
  *
  * Without the flag (0) every switch below is false and the programs are unchanged. */
 #ifndef EVMBPF_ABLATE_BPF_H
@@ -32,6 +35,7 @@
 #define ABL_NO_OUTPUT 4
 #define ABL_NO_BOUND 5
 #define ABL_NO_WALK 6
+#define ABL_NO_ENTER_OUTPUT 7
 
 #define ABLATED(stage) (EVMBPF_ABLATE == (stage))
 

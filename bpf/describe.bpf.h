@@ -208,6 +208,8 @@ static __always_inline void finish(struct scratch *s)
 	readcount_record(r->hdr.kind, r->self);
 	if (ABLATED(ABL_NO_OUTPUT) && !(r->flags & REC_F_HELD))
 		return;
+	if (ABLATED(ABL_NO_ENTER_OUTPUT) && r->hdr.kind == REC_ENTER && !(r->flags & REC_F_HELD))
+		return;
 	if (ps_output(ps, s->buf, size, rb_flags(ps, r->flags, size))) {
 		__sync_fetch_and_add(&ps->dropped_records, 1);
 		__sync_fetch_and_add(&ps->dropped_bytes, size);

@@ -435,8 +435,30 @@ static int names_enter(struct target *t, uint64_t rsi)
  * function (.symtab), or one of them is seen to look __enter__ up (a stripped build).
  * Else (the lookup inlined, a build this decoder refuses) the probe stays on the function:
  * t->nmarker_sites 0. 3.14's _PyObject_LookupSpecialMethod serves LOAD_SPECIAL alone. */
+/* The eval loop's call sites, decoded once per build and user (slot_key: a site is
+ * taken on a read of the target's memory, so one user's process never decides another's
+ * probes): the recorder inspects every Python that starts, and decoding the eval loop
+ * was the biggest part of that after the slotdefs scan. */
+static struct marker_cached {
+	struct slot_cached key;
+	int n;
+	const char *how;
+	uint64_t sites[MARKER_SITES_MAX];
+} marker_cache[SLOT_CACHE];
+static int nmarker_cache, marker_cache_next;
+
 static void find_marker_sites(struct target *t, struct elf_file *f, const char *lookup)
 {
+	struct slot_cached key = slot_key(t);
+	for (int i = 0; key.uid != (uid_t)-1 && i < nmarker_cache; i++) {
+		const struct marker_cached *c = &marker_cache[i];
+		if (!slot_same(&c->key, &key))
+			continue;
+		t->nmarker_sites = c->n;
+		memcpy(t->marker_sites, c->sites, sizeof(t->marker_sites));
+		debugx("phase markers: %s (as for this build before)", c->how);
+		return;
+	}
 	uint64_t at[8], size[8];
 	struct call_site cs[MARKER_SITES_MAX];
 	int n = 0, enter = 0;
@@ -467,11 +489,23 @@ static void find_marker_sites(struct target *t, struct elf_file *f, const char *
 		why = "no call site is seen to look __enter__ up, and the file does not name "
 		      "every part of the eval loop";
 	t->nmarker_sites = why ? 0 : n;
+	const char *how = why ? "the probe goes on the function itself"
+			      : "the probe goes on the eval loop's calls";
 	if (why)
 		debugx("phase markers: the probe goes on %s itself: %s", lookup, why);
 	else
 		debugx("phase markers: the probe goes on the eval loop's %d calls to %s (%s)", n,
 		       lookup, enter ? "one looks __enter__ up" : "all its parts decoded");
+	if (key.uid == (uid_t)-1)
+		return;
+	struct marker_cached *c = &marker_cache[marker_cache_next];
+	c->key = key;
+	c->n = t->nmarker_sites;
+	c->how = how;
+	memcpy(c->sites, t->marker_sites, sizeof(c->sites));
+	marker_cache_next = (marker_cache_next + 1) % SLOT_CACHE;
+	if (nmarker_cache < SLOT_CACHE)
+		nmarker_cache++;
 }
 
 /* Phase markers (`with phase(NAME):`) are seen where `with` looks up __enter__, and

@@ -188,6 +188,73 @@ static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 	return s;
 }
 
+/* A plain enter record kept back (state.bpf.h, defer_calls); 0: it goes out now. The
+ * process's enter kept before, if any, goes out first: that call has a child. */
+static __noinline int defer_enter(struct proc_state *ps, struct scratch *s, __u32 size)
+{
+	defer_flush(ps);
+	if (__sync_val_compare_and_swap(&ps->defer_state, DEFER_NONE, DEFER_BUSY) != DEFER_NONE)
+		return 0; /* the collector holds the one kept before */
+	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
+	__u32 n = size;
+	asm volatile("" : "+r"(n));
+	if (!d || n < sizeof(struct rec_call) || n > DEFER_ENTER_MAX ||
+	    bpf_probe_read_kernel(&d->buf[DEFER_HDR], n, s->buf)) {
+		__sync_lock_test_and_set(&ps->defer_state, DEFER_NONE);
+		return 0;
+	}
+	struct rec_call *r = (void *)s->buf;
+	ps->defer_len = n;
+	ps->defer_tid = r->hdr.tid;
+	ps->defer_sp = r->sp;
+	ps->defer_ts = r->hdr.ts_ns;
+	__sync_lock_test_and_set(&ps->defer_state, DEFER_READY);
+	return 1;
+}
+
+/* An exit record whose enter was kept back: both out as one REC_PAIR record; 1 when
+ * sent so. 0: the exit goes out on its own (after the enter kept, if another's). */
+static __noinline int defer_pair(struct proc_state *ps, struct scratch *s, __u32 size)
+{
+	struct rec_call *x = (void *)s->buf;
+	if (ps->defer_state != DEFER_READY || ps->defer_tid != x->hdr.tid || ps->defer_sp != x->sp)
+		return 0;
+	if (__sync_val_compare_and_swap(&ps->defer_state, DEFER_READY, DEFER_BUSY) != DEFER_READY)
+		return 0;
+	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
+	void *rb = ps_ring(ps);
+	__u32 elen = ps->defer_len, xlen = size;
+	asm volatile("" : "+r"(elen));
+	asm volatile("" : "+r"(xlen));
+	int sent = 0;
+	if (!d || !rb || elen < sizeof(struct rec_call) || elen > DEFER_ENTER_MAX) {
+		__sync_lock_test_and_set(&ps->defer_state, DEFER_NONE);
+		return 0;
+	}
+	if (ps->defer_tid == x->hdr.tid && ps->defer_sp == x->sp &&
+	    xlen >= sizeof(struct rec_call) && xlen <= REC_BUF_SIZE &&
+	    !bpf_probe_read_kernel(&d->buf[DEFER_HDR + elen], xlen, s->buf)) {
+		struct rec_hdr *h = (void *)d->buf;
+		struct rec_hdr *e = (void *)&d->buf[DEFER_HDR];
+		__u32 total = DEFER_HDR + elen + xlen;
+		h->kind = REC_PAIR;
+		h->size = total;
+		h->pid = e->pid;
+		h->tid = e->tid;
+		h->ts_ns = e->ts_ns;
+		if (bpf_ringbuf_output(rb, d->buf, total, rb_flags(ps, 0, total))) {
+			__sync_fetch_and_add(&ps->dropped_records, 1);
+			__sync_fetch_and_add(&ps->dropped_bytes, total);
+		}
+		__sync_fetch_and_add(&ps->defer_pairs, 1);
+		sent = 1;
+	} else if (bpf_ringbuf_output(rb, &d->buf[DEFER_HDR], elen, rb_flags(ps, 0, elen))) {
+		__sync_fetch_and_add(&ps->dropped_records, 1);
+	}
+	__sync_lock_test_and_set(&ps->defer_state, DEFER_NONE);
+	return sent;
+}
+
 static __always_inline void finish(struct scratch *s)
 {
 	struct rec_call *r = (void *)s->buf;
@@ -210,6 +277,14 @@ static __always_inline void finish(struct scratch *s)
 		return;
 	if (ABLATED(ABL_NO_ENTER_OUTPUT) && r->hdr.kind == REC_ENTER && !(r->flags & REC_F_HELD))
 		return;
+	/* one record a leaf call: a plain enter kept back, its exit sent with it */
+	if (defer_calls && !(r->flags & ~(REC_F_TRUNCATED | REC_F_EXCEPTION)) && !s->nbytes_recs) {
+		if (r->hdr.kind == REC_ENTER && size <= DEFER_ENTER_MAX && !phase_rules &&
+		    defer_enter(ps, s, size))
+			return;
+		if (r->hdr.kind == REC_EXIT && defer_pair(ps, s, size))
+			return;
+	}
 	if (ps_output(ps, s->buf, size, rb_flags(ps, r->flags, size))) {
 		__sync_fetch_and_add(&ps->dropped_records, 1);
 		__sync_fetch_and_add(&ps->dropped_bytes, size);

@@ -117,13 +117,84 @@ static __always_inline void *ps_ring(struct proc_state *ps)
 	return bpf_map_lookup_elem(&rings, &ps->slot); /* the key: no stack */
 }
 
+/* Whether a module record wakes the collector. A thread waits for us, or a read must
+ * come soon though nothing waits (the first call's model, where the process could not be
+ * held: it runs on meanwhile): at once. Otherwise once wakeup_bytes have been written
+ * since the last wakeup, counted in the process's state rather than asked of the ring
+ * (bpf_ringbuf_query cost as much as the record's output): a collector asleep in
+ * epoll_wait has read the ring empty before it slept (ring_buffer__consume reads until
+ * no record is left), so what waits for it is at most what was written since the last
+ * wakeup; it reads every 100 ms anyway, and an epoll_wait begun with records waiting
+ * returns at once. The process's threads race on the count: an add lost delays a
+ * wakeup by a record. */
+static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags, __u32 size)
+{
+	if (rec_flags & (REC_F_PTRACE | REC_F_HELD)) {
+		ps->ring_unwoken = 0;
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	if (!wakeup_bytes)
+		return 0;
+	__u64 n = ps->ring_unwoken + size;
+	if (n < wakeup_bytes) {
+		ps->ring_unwoken = n;
+		return BPF_RB_NO_WAKEUP;
+	}
+	ps->ring_unwoken = 0;
+	return BPF_RB_FORCE_WAKEUP;
+}
+
+/* One record a leaf call. A module call's enter record is kept back (deferred) in its
+ * process's defer buffer instead of going to the ring; when the same thread's return
+ * from that call comes next, the enter and the exit go out as one REC_PAIR record (one
+ * reserve and commit, one wakeup count, instead of two). Any other record of the
+ * process first sends the kept enter on its own (defer_flush, at the top of ps_output
+ * and ps_reserve), so the ring's order is the order the records were made in: a call
+ * with a child, a record of another thread, a thread's exit (a thread killed inside a
+ * leaf: task_exit's record flushes its enter first), an exec. The collector takes an
+ * enter kept longer than it waits (a thread hung inside a leaf) and the one left when
+ * the probes are gone (session/defer.c). Module calls run under the GIL, so one enter
+ * is kept at a time in a process; defer_state's compare-and-swap settles the rest (a
+ * thread's exit on another CPU, the collector):
+ *   DEFER_NONE -> DEFER_BUSY (being written) -> DEFER_READY -> DEFER_BUSY (being sent,
+ *   or paired, or taken by the collector) -> DEFER_NONE. */
+const volatile __u32 defer_calls = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, PROC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct defer_buf);
+} defer_bufs SEC(".maps");
+
+/* The kept enter on its own, when there is one. */
+static __noinline int defer_flush(struct proc_state *ps)
+{
+	if (!ps || ps->defer_state != DEFER_READY)
+		return 0;
+	if (__sync_val_compare_and_swap(&ps->defer_state, DEFER_READY, DEFER_BUSY) != DEFER_READY)
+		return 0;
+	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
+	void *rb = ps_ring(ps);
+	__u32 len = ps->defer_len;
+	if (d && rb && len >= sizeof(struct rec_hdr) && len <= DEFER_ENTER_MAX) {
+		if (bpf_ringbuf_output(rb, &d->buf[DEFER_HDR], len, rb_flags(ps, 0, len)))
+			__sync_fetch_and_add(&ps->dropped_records, 1);
+	}
+	__sync_lock_test_and_set(&ps->defer_state, DEFER_NONE);
+	return 0;
+}
+
 static __always_inline long ps_output(struct proc_state *ps, void *data, __u64 size, __u64 flags)
 {
+	if (defer_calls)
+		defer_flush(ps);
 	void *rb = ps_ring(ps);
 	return rb ? bpf_ringbuf_output(rb, data, size, flags) : -1;
 }
 
-#define ps_reserve(ps, size) ({ void *rb_ = ps_ring(ps); rb_ ? bpf_ringbuf_reserve(rb_, size, 0) : NULL; })
+#define ps_reserve(ps, size) ({ if (defer_calls) defer_flush(ps); void *rb_ = ps_ring(ps); \
+				rb_ ? bpf_ringbuf_reserve(rb_, size, 0) : NULL; })
 
 /* A key of the maps keyed by the target's addresses: the process's tag above them */
 #define PS_KEY(ps, addr) ((__u64)(addr) | (ps)->tag)

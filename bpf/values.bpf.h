@@ -73,33 +73,6 @@ struct {
 	__type(value, struct scratch);
 } scratch_map SEC(".maps");
 
-/* Whether a module record wakes the collector. A thread waits for us, or a read must
- * come soon though nothing waits (the first call's model, where the process could not be
- * held: it runs on meanwhile): at once. Otherwise once wakeup_bytes have been written
- * since the last wakeup, counted in the process's state rather than asked of the ring
- * (bpf_ringbuf_query cost as much as the record's output): a collector asleep in
- * epoll_wait has read the ring empty before it slept (ring_buffer__consume reads until
- * no record is left), so what waits for it is at most what was written since the last
- * wakeup; it reads every 100 ms anyway, and an epoll_wait begun with records waiting
- * returns at once. The process's threads race on the count: an add lost delays a
- * wakeup by a record. */
-static __always_inline __u64 rb_flags(struct proc_state *ps, __u32 rec_flags, __u32 size)
-{
-	if (rec_flags & (REC_F_PTRACE | REC_F_HELD)) {
-		ps->ring_unwoken = 0;
-		return BPF_RB_FORCE_WAKEUP;
-	}
-	if (!wakeup_bytes)
-		return 0;
-	__u64 n = ps->ring_unwoken + size;
-	if (n < wakeup_bytes) {
-		ps->ring_unwoken = n;
-		return BPF_RB_NO_WAKEUP;
-	}
-	ps->ring_unwoken = 0;
-	return BPF_RB_FORCE_WAKEUP;
-}
-
 static __always_inline struct dnode *node_here(struct scratch *s)
 {
 	return (struct dnode *)&s->buf[s->off & REC_BUF_MASK];

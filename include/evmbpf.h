@@ -47,6 +47,21 @@ enum rec_kind {
 	REC_SAMPLES_HOST = 17, /* evalmetry.debug's module body has run: its globals */
 	REC_TORCH_LOADED = 25, /* evmbpf record: a dlopen mapped libc10.so (torch): the call
 				* probes go in now (REC_F_PTRACE: the thread is held for it) */
+	REC_PAIR = 26,     /* a leaf call: its REC_ENTER then its REC_EXIT, whole, one after the
+			    * other after this header (bpf/state.bpf.h, defer_flush) */
+};
+
+/* One record a leaf call (bpf/state.bpf.h): the process's kept enter, in its defer
+ * buffer after room for the REC_PAIR header; the exit is copied after it. */
+#define DEFER_HDR 24             /* sizeof(struct rec_hdr) */
+#define DEFER_ENTER_MAX 2048     /* an enter record longer than this goes out at once */
+#define DEFER_BUF_SIZE (DEFER_HDR + DEFER_ENTER_MAX + REC_BUF_SIZE)
+#define DEFER_NONE 0
+#define DEFER_BUSY 1
+#define DEFER_READY 2
+
+struct defer_buf {
+	__u8 buf[DEFER_BUF_SIZE];
 };
 
 struct rec_hdr {

@@ -67,8 +67,18 @@ struct proc_state {
 	__u64 torch_ld_debug;
 	__u32 torch_loaded;
 	__u32 pad;
-	/* module record bytes written since the last forced wakeup (values.bpf.h, rb_flags) */
+	/* module record bytes written since the last forced wakeup (state.bpf.h, rb_flags) */
 	__u64 ring_unwoken;
+	/* the enter record kept back (state.bpf.h, defer_flush): its state (DEFER_*), its
+	 * length in the process's defer buffer, its thread, stack pointer and clock */
+	__u32 defer_state;
+	__u32 defer_len;
+	__u32 defer_tid;
+	__u32 defer_pad;
+	__u64 defer_sp;
+	__u64 defer_ts;
+	__u64 defer_pairs;   /* counted: leaf calls sent as one record */
+	__u64 defer_flushed; /* enters kept back, then sent on their own */
 };
 
 #endif

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "bound_watch.h"
+#include "defer.h"
 #include "hold.h"
 #include "hwwatch.h"
 #include "outpattern.h"
@@ -35,8 +36,17 @@ int session_record(void *ctx, void *data, size_t size)
 {
 	struct session *s = ctx;
 	const struct rec_hdr *h = data;
+	if (s->taken && h->ts_ns > s->taken_ts) { /* an enter taken from the probes (defer.c) */
+		const void *rec = s->taken;
+		s->taken = NULL;
+		session_record(s, (void *)rec, s->taken_len);
+	}
 	if (s->execed)
 		return 0; /* records of the new program, seen before the session ended */
+	if (h->kind == REC_PAIR) {
+		defer_pair_record(s, data, size);
+		return 0;
+	}
 	if (size >= sizeof(struct rec_mem) && h->kind == REC_MEM) {
 		cudamem_session_record(s, data);
 		return 0;
@@ -214,6 +224,7 @@ int session_step(struct session *s)
 	cudamem_session_step(s);
 	/* records that asked for no wakeup too */
 	int n = s->rb ? ring_buffer__consume(s->rb) : 0;
+	defer_take(s, 0); /* a leaf call's enter kept back that long */
 	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
 		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
@@ -287,7 +298,7 @@ static void write_stats(struct session *s)
 	const struct proc_state *b = s->ps;
 	fprintf(f, "{\"records\": %llu, \"record_bytes\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
-		"\"holds\": %llu, \"tensor_bytes\": %llu, "
+		"\"holds\": %llu, \"tensor_bytes\": %llu, \"leaf_pairs\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
 		(unsigned long long)trace_records(&s->trace),
 		(unsigned long long)trace_record_bytes(&s->trace),
@@ -298,6 +309,7 @@ static void write_stats(struct session *s)
 		(unsigned long long)(b ? b->read_faults : 0),
 		(unsigned long long)(b ? b->holds : 0),
 		(unsigned long long)(b ? b->tensor_bytes_sent : 0),
+		(unsigned long long)(b ? b->defer_pairs : 0),
 		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
 	fclose(f);
@@ -315,6 +327,7 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
+	defer_take(s, 1); /* the probes are gone: the enter they kept back, if any */
 	if (!session_follows(s)) /* a followed process is the job's to let go */
 		hold_release(s->target.pid, 0); /* every thread runs on, untraced */
 	uint64_t dropped = s->ps ? s->ps->dropped_records : 0;

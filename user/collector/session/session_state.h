@@ -48,6 +48,11 @@ struct session {
 	int stalled;      /* EVMBPF_TEST_STALL_MS (tests only) has stalled its reading once */
 	struct status status; /* the status line and the summary line */
 	struct cudamem cuda;  /* CUDA memory counters: the allocator found in the target */
+	/* an enter record the probes kept back, taken by the collector (defer.c): written
+	 * before the first record of the ring made after it */
+	const void *taken;
+	uint32_t taken_len;
+	uint64_t taken_ts;
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */

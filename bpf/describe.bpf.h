@@ -243,7 +243,7 @@ static __noinline int defer_pair(struct proc_state *ps, struct scratch *s, __u32
 		h->tid = e->tid;
 		h->ts_ns = e->ts_ns;
 		if (bpf_ringbuf_output(rb, d->buf, total, rb_flags(ps, 0, total))) {
-			__sync_fetch_and_add(&ps->dropped_records, 1);
+			__sync_fetch_and_add(&ps->dropped_records, 2); /* both calls' records */
 			__sync_fetch_and_add(&ps->dropped_bytes, total);
 		}
 		__sync_fetch_and_add(&ps->defer_pairs, 1);

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "closer.h"
-#include "defer.h"
 #include "drivers.h"
 #include "dump.h"
 #include "dump_print.h"
@@ -147,7 +146,7 @@ static int flush_one(struct job *j, struct proc *p, const char *why, char *path,
 	if (record_flush_path(p->out, p->flushes + 1, path, cap))
 		return -1;
 	session_step(&p->s); /* what the ring buffer holds first */
-	defer_take(&p->s, 1); /* and a leaf call's enter the probes keep back */
+	session_take_deferred(&p->s, 1); /* and a leaf call's enter the probes kept back */
 	struct buf threads = {0};
 	threads_now(&p->s, &threads);
 	/* its room made first, when there is a file to write (said when there is none) */

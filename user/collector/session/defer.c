@@ -13,7 +13,6 @@
 
 #include <bpf/bpf.h>
 
-#include "session.h"
 #include "session_state.h"
 #include "util.h"
 
@@ -21,31 +20,18 @@
 
 _Static_assert(DEFER_HDR == sizeof(struct rec_hdr), "DEFER_HDR is the REC_PAIR header's size");
 
-void defer_pair_record(struct session *s, const void *data, size_t size)
-{
-	const uint8_t *p = (const uint8_t *)data + sizeof(struct rec_hdr);
-	const uint8_t *end = (const uint8_t *)data + size;
-	for (int i = 0; i < 2 && end - p >= (ptrdiff_t)sizeof(struct rec_hdr); i++) {
-		const struct rec_hdr *h = (const void *)p;
-		if (h->size < sizeof(struct rec_hdr) || h->size > (size_t)(end - p))
-			break;
-		session_record(s, (void *)p, h->size);
-		p += h->size;
-	}
-}
-
-void defer_take(struct session *s, int force)
+int defer_claim(struct session *s, int force)
 {
 	struct proc_state *ps = s->ps;
 	if (!ps || !s->skel || __atomic_load_n(&ps->defer_state, __ATOMIC_ACQUIRE) != DEFER_READY)
-		return;
+		return 0;
 	if (!force && mono_ns() - __atomic_load_n(&ps->defer_ts, __ATOMIC_RELAXED) <
 			      DEFER_TAKE_MS * 1000000ull)
-		return;
+		return 0;
 	uint32_t want = DEFER_READY;
 	if (!__atomic_compare_exchange_n(&ps->defer_state, &want, DEFER_BUSY, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
-		return; /* sent meanwhile */
+		return 0; /* sent meanwhile */
 	static struct defer_buf d;
 	uint32_t len = ps->defer_len;
 	if (!bpf_map_lookup_elem(bpf_map__fd(s->skel->maps.defer_bufs), &s->slot, &d) &&
@@ -54,13 +40,10 @@ void defer_take(struct session *s, int force)
 		s->taken_len = len;
 		s->taken_ts = ((const struct rec_hdr *)s->taken)->ts_ns;
 	}
-	if (s->rb)
-		ring_buffer__consume(s->rb); /* what came before it; session_record writes it
-					      * before the first record made after it */
-	if (s->taken) {
-		const void *rec = s->taken;
-		s->taken = NULL;
-		session_record(s, (void *)rec, s->taken_len);
-	}
-	__atomic_store_n(&ps->defer_state, DEFER_NONE, __ATOMIC_RELEASE);
+	return 1;
+}
+
+void defer_release(struct session *s)
+{
+	__atomic_store_n(&s->ps->defer_state, DEFER_NONE, __ATOMIC_RELEASE);
 }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -43,8 +44,15 @@ int session_record(void *ctx, void *data, size_t size)
 	}
 	if (s->execed)
 		return 0; /* records of the new program, seen before the session ended */
-	if (h->kind == REC_PAIR) {
-		defer_pair_record(s, data, size);
+	if (h->kind == REC_PAIR) { /* a leaf call: its enter, then its exit, each whole */
+		const uint8_t *p = (const uint8_t *)data + sizeof(*h), *end = p - sizeof(*h) + size;
+		for (int i = 0; i < 2 && end - p >= (ptrdiff_t)sizeof(*h); i++) {
+			const struct rec_hdr *sub = (const void *)p;
+			if (sub->size < sizeof(*h) || sub->size > (size_t)(end - p))
+				break;
+			session_record(s, (void *)p, sub->size);
+			p += sub->size;
+		}
 		return 0;
 	}
 	if (size >= sizeof(struct rec_mem) && h->kind == REC_MEM) {
@@ -215,6 +223,23 @@ int session_prepare(struct session *s, pid_t pid)
 	return 0;
 }
 
+/* An enter the probes kept back, into the trace (defer.c): the records the ring holds
+ * were made before it and go first; session_record writes it before the first record
+ * made after it (a later clock), or here. */
+void session_take_deferred(struct session *s, int force)
+{
+	if (!defer_claim(s, force))
+		return;
+	if (s->rb)
+		ring_buffer__consume(s->rb);
+	if (s->taken) {
+		const void *rec = s->taken;
+		s->taken = NULL;
+		session_record(s, (void *)rec, s->taken_len);
+	}
+	defer_release(s);
+}
+
 /* One round of reading (the job's loop waits for the rings): the records there, into
  * the trace, then whether the target is still there. 0 go on, 1 stop (the ring buffer or
  * the file failed). */
@@ -224,7 +249,7 @@ int session_step(struct session *s)
 	cudamem_session_step(s);
 	/* records that asked for no wakeup too */
 	int n = s->rb ? ring_buffer__consume(s->rb) : 0;
-	defer_take(s, 0); /* a leaf call's enter kept back that long */
+	session_take_deferred(s, 0); /* a leaf call's enter kept back that long */
 	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
 		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */
 	cupti_step(&s->trace, s->rb);   /* --cupti: the agent's records */
@@ -327,7 +352,7 @@ int session_finish(struct session *s)
 	session_detach(s);
 	if (s->rb)
 		ring_buffer__consume(s->rb);
-	defer_take(s, 1); /* the probes are gone: the enter they kept back, if any */
+	session_take_deferred(s, 1); /* the probes are gone: the enter they kept back */
 	if (!session_follows(s)) /* a followed process is the job's to let go */
 		hold_release(s->target.pid, 0); /* every thread runs on, untraced */
 	uint64_t dropped = s->ps ? s->ps->dropped_records : 0;

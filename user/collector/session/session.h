@@ -19,6 +19,9 @@ void session_abandon(struct session *s);
 void session_announce(struct session *s);
 /* One round of the job's loop: the records its ring holds; 1: stop (a failure). */
 int session_step(struct session *s);
+/* The enter record the probes kept back (defer.c), into the trace when it has been kept
+ * that long (a thread inside a long leaf call), or at once with force. */
+void session_take_deferred(struct session *s, int force);
 /* One ring buffer record (ring_buffer__new's callback; ctx: the session). */
 int session_record(void *ctx, void *data, size_t size);
 /* Detach, write the end of the trace and close it; 0, or -1 when it could not be written.

@@ -677,11 +677,7 @@ static const struct { const char *mangled; int dtype; } meta_types[] = {
 	{ "N3c108BFloat16E", 15 },
 };
 
-struct c10_search {
-	struct target *t;
-	char path[PATH_MAX];
-	uint64_t start;
-};
+struct c10_search { struct target *t; char path[PATH_MAX]; uint64_t start; };
 
 static int find_c10(void *arg, const struct mapping *m)
 {

@@ -670,12 +670,10 @@ static int find_torch_lib(void *arg, const struct mapping *m)
  * runs, it names the dtypes of records described after the process has gone (reading
  * a record's own name then fails). */
 static const struct { const char *mangled; int dtype; } meta_types[] = {
-	{ "h", 0 }, { "a", 1 }, { "s", 2 }, { "i", 3 }, { "l", 4 }, { "N3c104HalfE", 5 },
-	{ "f", 6 }, { "d", 7 }, { "N3c107complexINS2_4HalfEEE", 8 },
-	{ "N3c107complexIfEE", 9 }, { "N3c107complexIdEE", 10 }, { "b", 11 },
-	{ "N3c105qint8E", 12 }, { "N3c106quint8E", 13 }, { "N3c106qint32E", 14 },
-	{ "N3c108BFloat16E", 15 },
-};
+	{ "h", 0 }, { "a", 1 }, { "s", 2 }, { "i", 3 }, { "l", 4 }, { "N3c104HalfE", 5 }, { "f", 6 },
+	{ "d", 7 }, { "N3c107complexINS2_4HalfEEE", 8 }, { "N3c107complexIfEE", 9 },
+	{ "N3c107complexIdEE", 10 }, { "b", 11 }, { "N3c105qint8E", 12 }, { "N3c106quint8E", 13 },
+	{ "N3c106qint32E", 14 }, { "N3c108BFloat16E", 15 } };
 
 struct c10_search { struct target *t; char path[PATH_MAX]; uint64_t start; };
 
@@ -702,7 +700,6 @@ static void find_torch_metas(struct target *t)
 	struct elf_file *f = elf_file_open(s.path);
 	if (!f)
 		return;
-	uint64_t bias = s.start - elf_file_base_vaddr(f);
 	for (size_t i = 0; i < sizeof(meta_types) / sizeof(meta_types[0]); i++) {
 		char name[160];
 		snprintf(name, sizeof(name), "_ZN6caffe28TypeMeta21_typeMetaDataInstanceI%sEEPKNS_"
@@ -715,7 +712,7 @@ static void find_torch_metas(struct target *t)
 		int32_t disp;
 		memcpy(&disp, code + 3, 4);
 		int n = t->ntorch_metas++;
-		t->torch_metas[n].rec = bias + fn + 7 + (uint64_t)(int64_t)disp;
+		t->torch_metas[n].rec = s.start - elf_file_base_vaddr(f) + fn + 7 + (uint64_t)(int64_t)disp;
 		t->torch_metas[n].dtype = meta_types[i].dtype;
 	}
 	elf_file_close(f);
@@ -726,6 +723,10 @@ char *target_find_line(const struct target *t, const char *path, const char *pre
 		       const char *needle)
 {
 	struct target_creds c;
+	char root[PATH_MAX];
+	ssize_t n = readlink(t->root, root, sizeof(root) - 1); /* a chroot's maps: evmbpf's view */
+	if (n > 1 && (root[n] = 0, !strncmp(path, root, (size_t)n)) && path[n] == '/')
+		path += n;
 	if (path[0] != '/' || target_creds(t->pid, &c))
 		return NULL;
 	int root_fd = open(t->root, O_PATH | O_DIRECTORY | O_CLOEXEC);

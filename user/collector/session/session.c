@@ -33,15 +33,22 @@
 
 volatile sig_atomic_t stop_signal;
 
+/* The enter taken from the probes (session_take_deferred), written once. */
+static void write_taken(struct session *s)
+{
+	const void *rec = s->taken;
+	if (!rec)
+		return;
+	s->taken = NULL;
+	session_record(s, (void *)rec, s->taken_len);
+}
+
 int session_record(void *ctx, void *data, size_t size)
 {
 	struct session *s = ctx;
 	const struct rec_hdr *h = data;
-	if (s->taken && h->ts_ns > s->taken_ts) { /* an enter taken from the probes (defer.c) */
-		const void *rec = s->taken;
-		s->taken = NULL;
-		session_record(s, (void *)rec, s->taken_len);
-	}
+	if (s->taken && h->ts_ns > s->taken_ts) /* an enter taken from the probes (defer.c) */
+		write_taken(s);
 	if (s->execed)
 		return 0; /* records of the new program, seen before the session ended */
 	if (h->kind == REC_PAIR) { /* a leaf call: its enter, then its exit, each whole */
@@ -232,11 +239,7 @@ void session_take_deferred(struct session *s, int force)
 		return;
 	if (s->rb)
 		ring_buffer__consume(s->rb);
-	if (s->taken) {
-		const void *rec = s->taken;
-		s->taken = NULL;
-		session_record(s, (void *)rec, s->taken_len);
-	}
+	write_taken(s);
 	defer_release(s);
 }
 

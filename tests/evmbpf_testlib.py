@@ -119,7 +119,9 @@ class Attached:
     """A workload started with --wait-for, evmbpf attached by --pid, then released."""
 
     def __init__(self, workload, out, python=HOST_PYTHON, extra=(), evmbpf_args=(), env=None,
-                 prefix=()):
+                 prefix=(), pid_args=None):
+        # pid_args(pid): the --pid options (default: --pid PID)
+        self.pid_args = pid_args or (lambda pid: ["--pid", str(pid)])
         self.dir = tempfile.mkdtemp(prefix="evmbpf-attach-")
         self.go = os.path.join(self.dir, "go")
         self._start([*prefix, python, RUN_WORKLOAD, workload, "--wait-for", self.go, *extra],
@@ -136,7 +138,8 @@ class Attached:
             raise RuntimeError(f"workload did not start: {line!r} {self.target.stderr.read()}")
         # the pid the workload prints is in its own namespace; find the host's
         self.pid = host_pid_of(self.target.pid, int(match.group(1)))
-        self.tracer = subprocess.Popen([EVMBPF, "--pid", str(self.pid), "--out", out,
+        pid_args = getattr(self, "pid_args", lambda pid: ["--pid", str(pid)])
+        self.tracer = subprocess.Popen([EVMBPF, *pid_args(self.pid), "--out", out,
                                         *evmbpf_args],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.attached_line = wait_for_line(self.tracer.stderr, "attached to", 60)

@@ -61,6 +61,23 @@ def test_pid_matches_reference(evmbpf, workload, reference_traces, tmp_path):
                    phase=os.path.basename(workload) not in PHASE_AWARE)
 
 
+def test_pid_given_twice_is_traced_once(evmbpf, reference_traces, tmp_path):
+    """`--pid P,P --pid P`: one session, said once per repeat. Two would probe every call
+    twice (each record written twice) and race for the one output file; before, the
+    second refused the file the first had made and evmbpf ended with no trace."""
+    workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    out = str(tmp_path / "trace.jsonl")
+    run = Attached(workload, out,
+                   pid_args=lambda pid: ["--pid", f"{pid},{pid}", "--pid", str(pid)])
+    run.release()
+    run.finish()
+    assert run.tracer_rc == 0, run.tracer_err
+    assert run.tracer_err.count(f"--pid {run.pid} is given more than once") == 2, \
+        run.tracer_err
+    assert run.tracer_err.count("attached to") == 1, run.tracer_err
+    compare_traces(reference_traces[workload], load(out), kwargs=KWARGS)
+
+
 def test_header_and_extensions(evmbpf, tmp_path):
     out = str(tmp_path / "t.jsonl")
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")

@@ -41,6 +41,7 @@ static const char usage[] =
 	"OPTIONS\n"
 	"  -p, --pid PID        attach to a running process (its pid as the host sees it);\n"
 	"                       repeat it or give a comma-separated list for several\n"
+	"                       (a pid given twice is traced once)\n"
 	"  -o, --out FILE       write the trace here (\"-\" for stdout); created with mode\n"
 	"                       0600, never over an existing file unless --force. A pattern:\n"
 	"                       %p the pid, %r the rank (RANK, else LOCAL_RANK, of the\n"
@@ -149,6 +150,14 @@ static int parse_pids(char *arg, struct tracer_opts *opts)
 	for (char *tok = strtok(arg, ","); tok; tok = strtok(NULL, ",")) {
 		if (parse_long(tok, "--pid", 1, INT_MAX, &v))
 			return -1;
+		int seen = 0;
+		for (int i = 0; i < opts->npids && !seen; i++)
+			seen = opts->pids[i] == (pid_t)v;
+		if (seen) {
+			/* one session a process: two would probe it twice and race for its file */
+			warnx_("--pid %ld is given more than once: it is traced once", v);
+			continue;
+		}
 		if (opts->npids == 256) {
 			warnx_("at most 256 --pid");
 			return -1;

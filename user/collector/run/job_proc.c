@@ -69,6 +69,11 @@ struct proc *proc_start(struct job *j, pid_t pid, int forked, const char *record
 		       j->room.untraced == 1 ? " was" : "es were", JOB_MAX);
 		j->room.untraced = 0;
 	}
+	if (live_proc(j, pid)) {
+		/* one session a process, whatever path found it: a second would probe it twice */
+		warnx_("%d is traced already: not attached a second time", pid);
+		return NULL;
+	}
 	uid_t uid = j->node ? node_proc_uid(pid) : 0;
 	if (j->node && node_slot_refused(j, pid, uid))
 		return NULL;

@@ -263,7 +263,7 @@ $(BUILD)/readcost.bpf.o: scripts/readcost/readcost.bpf.c | $(BUILD)
 	$(Q)$(CLANG) $(BPFFLAGS) -c $< -o $@
 $(BUILD)/readcost: scripts/readcost/readcost.c $(BUILD)/readcost.skel.h
 	$(call msg,LINK,$@)
-	$(Q)$(CC) $(CFLAGS) $< -lbpf -lelf -lz -o $@
+	$(Q)$(CC) $(CFLAGS) $< -lbpf -lelf -lz -lpthread -o $@
 
 install: $(BUILD)/evmbpf
 	install -D -m 0755 $(BUILD)/evmbpf $(DESTDIR)$(PREFIX)/bin/evmbpf

@@ -43,6 +43,16 @@ after in the same process).
 --pair A,B: two binaries (a change and its base) attached to the same process at once,
 the order of attaching swapped each run: their BPF time a module call measured on the
 same calls at the same moment, its difference with the order's own effect taken out.
+The order matters because the kernel runs a probe's programs newest first (uprobes'
+consumer list takes a new consumer at its head): the build attached second runs first
+at each call and meets the target's memory and its own maps cold, the first finds the
+lines warm. And only the first can seize the target: the second places its phase
+markers' probe at once (no hold to wait for evalmetry.debug's import with), so its
+marker program runs at the workload's `with` statements. Both are the same for either
+build once the order is swapped, so they cancel in the difference; they make the
+"order's own effect" (±550-860 ns a call on a PVM guest). Two configurations of one
+binary that differ in what they share with the other (the ring's size, say) are not
+measured this way: both rings are written at once, each evicting the other's lines.
 
 The machine's noise moves
 whole runs up or down together (10-20% from one minute to the next on a shared guest):

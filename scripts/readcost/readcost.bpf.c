@@ -21,7 +21,16 @@ char LICENSE[] SEC("license") = "GPL";
 #define STACK_BYTES 256
 
 enum { M_NONE, M_PROBE_READ_USER, M_COPY_FROM_USER, M_COPY_FROM_USER_TASK,
-       M_PROBE_READ_KERNEL, M_PROBE_READ_USER_STACK, M_PROBE_READ_USER_PERCPU };
+       M_PROBE_READ_KERNEL, M_PROBE_READ_USER_STACK, M_PROBE_READ_USER_PERCPU,
+       /* a record's pieces (not reads): the clock, a ring buffer's reserve and commit of
+	* a small record, bpf_ringbuf_output of `size` bytes (no wakeup: the loader's
+	* consumer on another CPU reads the ring every millisecond) */
+       M_KTIME, M_RB_RESERVE, M_RB_OUTPUT };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* the loader sets the size (its RING_MB) */
+} ring SEC(".maps");
 
 struct big { __u8 b[MAX_SIZE]; };
 struct {
@@ -50,6 +59,18 @@ static __always_inline long one(int can_sleep, __u32 m, __u32 n, void *p, __u8 *
 		return bpf_probe_read_user(pc->b, n, p);
 	if (m == M_PROBE_READ_KERNEL)
 		return bpf_probe_read_kernel(dst, n, src_kernel);
+	if (m == M_KTIME)
+		return bpf_ktime_get_ns() == 0;
+	if (m == M_RB_RESERVE) {
+		__u64 *r = bpf_ringbuf_reserve(&ring, 64, 0);
+		if (!r)
+			return -1;
+		r[0] = n;
+		bpf_ringbuf_submit(r, BPF_RB_NO_WAKEUP);
+		return 0;
+	}
+	if (m == M_RB_OUTPUT)
+		return bpf_ringbuf_output(&ring, dst, n, BPF_RB_NO_WAKEUP);
 	if (can_sleep && m == M_COPY_FROM_USER)
 		return bpf_copy_from_user(dst, n, p);
 	if (can_sleep && m == M_COPY_FROM_USER_TASK)

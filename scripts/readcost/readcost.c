@@ -25,13 +25,22 @@
  *          x 256 of them, less the median of the same timing around no read (printed
  *          first: what two bpf_ktime_get_ns() cost here); printed: the minimum, median,
  *          90th and 99th percentile, and the mean.
- * hot and cross make 64 calls a round, cold and first 4. */
+ * hot and cross make 64 calls a round, cold and first 4.
+ *
+ * Then a record's pieces, timed the same way (256 a call, a call of 4 a round for the
+ * output of 1 KiB or more): one bpf_ktime_get_ns(); a ring buffer's reserve and commit
+ * of a 64-byte record; bpf_ringbuf_output of SIZE bytes. Neither asks for a wakeup: a
+ * thread on another CPU reads the ring every millisecond, as a collector that keeps up
+ * does. build/readcost ROUNDS RING_MB: the ring's size (default 16, evmbpf's). */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <bpf/libbpf.h>
 #include "readcost.skel.h"
 
@@ -42,7 +51,8 @@
 #define POOL (256UL << 20)
 
 enum { M_NONE, M_PROBE_READ_USER, M_COPY_FROM_USER, M_COPY_FROM_USER_TASK,
-       M_PROBE_READ_KERNEL, M_PROBE_READ_USER_STACK, M_PROBE_READ_USER_PERCPU };
+       M_PROBE_READ_KERNEL, M_PROBE_READ_USER_STACK, M_PROBE_READ_USER_PERCPU,
+       M_KTIME, M_RB_RESERVE, M_RB_OUTPUT };
 enum { P_HOT, P_CROSS, P_COLD, P_FIRST, P_N };
 static const char *place_name[P_N] = { "hot", "cross", "cold", "first" };
 
@@ -53,6 +63,29 @@ __attribute__((noinline)) void readcost_target(void)
 
 static struct readcost_bpf *skel;
 static uint8_t *pool;
+static int cell_calls;          /* calls a round, when set (the ring's cells) */
+static volatile int consuming;
+static uint64_t consumed;
+
+static int on_record(void *ctx, void *data, size_t len)
+{
+	(void)ctx;
+	(void)data;
+	consumed += len;
+	return 0;
+}
+
+/* the ring's reader: on another CPU than the probed thread, every millisecond */
+static void *consumer(void *arg)
+{
+	struct ring_buffer *rb = arg;
+	while (consuming) {
+		ring_buffer__consume(rb);
+		usleep(1000);
+	}
+	ring_buffer__consume(rb);
+	return NULL;
+}
 
 struct stats {
 	double loop_min, loop_med; /* ns per read, the loop's */
@@ -115,7 +148,7 @@ static void *prepare(int place, uint64_t hot, uint32_t n)
 static void cell(int mode, int sleepable, int place, uint64_t hot, uint32_t size, int rounds,
 		 struct stats *st)
 {
-	int calls = place >= P_COLD ? CALLS_COLD : CALLS_HOT;
+	int calls = cell_calls ? cell_calls : place >= P_COLD ? CALLS_COLD : CALLS_HOT;
 	size_t nlat = (size_t)rounds * calls * ITERS, k = 0;
 	uint64_t *lat = malloc(nlat * sizeof(*lat));
 	double *loop = malloc(rounds * sizeof(*loop));
@@ -172,11 +205,19 @@ static void cell(int mode, int sleepable, int place, uint64_t hot, uint32_t size
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 20;
-	if (rounds < 1) {
-		fprintf(stderr, "readcost: ROUNDS must be a positive number (default 20)\n");
+	int ring_mb = argc > 2 ? atoi(argv[2]) : 16;
+	if (rounds < 1 || ring_mb < 1 || ring_mb > 1024 || (ring_mb & (ring_mb - 1))) {
+		fprintf(stderr, "readcost: ROUNDS must be a positive number (default 20), RING_MB "
+			"a power of two up to 1024 (default 16)\n");
 		return 2;
 	}
-	skel = readcost_bpf__open_and_load();
+	skel = readcost_bpf__open();
+	if (skel)
+		bpf_map__set_max_entries(skel->maps.ring, (uint32_t)ring_mb << 20);
+	if (skel && readcost_bpf__load(skel)) {
+		readcost_bpf__destroy(skel);
+		skel = NULL;
+	}
 	if (!skel) {
 		fprintf(stderr, "readcost: loading the programs failed (%s); run as root on a "
 			"kernel with sleepable uprobes\n", strerror(errno));
@@ -262,6 +303,47 @@ int main(int argc, char **argv)
 			}
 		}
 	}
+
+	/* a record's pieces: this thread on CPU 0, the ring's reader on CPU 1 */
+	struct ring_buffer *rb = ring_buffer__new(bpf_map__fd(skel->maps.ring), on_record, NULL,
+						  NULL);
+	pthread_t reader;
+	cpu_set_t cpus;
+	CPU_ZERO(&cpus);
+	CPU_SET(0, &cpus);
+	sched_setaffinity(0, sizeof(cpus), &cpus);
+	consuming = 1;
+	if (!rb || pthread_create(&reader, NULL, consumer, rb)) {
+		fprintf(stderr, "readcost: no reader for the ring (%s)\n", strerror(errno));
+		return 1;
+	}
+	CPU_ZERO(&cpus);
+	CPU_SET(1, &cpus);
+	pthread_setaffinity_np(reader, sizeof(cpus), &cpus);
+	printf("\na record's pieces, ns each (%d MiB ring, read every ms on another CPU), less "
+	       "the same timing around nothing\n", ring_mb);
+	static const uint32_t rsizes[] = { 64, 256, 1024, 4096 };
+	struct { const char *name; int mode; uint32_t size; } pieces[2 + 4] = {
+		{ "bpf_ktime_get_ns", M_KTIME, 8 },
+		{ "bpf_ringbuf_reserve+submit (64 B)", M_RB_RESERVE, 8 },
+	};
+	for (int i = 0; i < 4; i++)
+		pieces[2 + i] = (typeof(pieces[0])){ "bpf_ringbuf_output", M_RB_OUTPUT, rsizes[i] };
+	for (int p = 0; p < 6; p++) {
+		struct stats st;
+		const struct stats *e = &empty[0][P_HOT];
+		cell_calls = pieces[p].size >= 1024 ? CALLS_COLD : 0;
+		cell(pieces[p].mode, 0, P_HOT, hot, pieces[p].size, rounds, &st);
+		printf("%-36s %5u %-5s %8.1f %8.1f | %7.0f %7.0f %7.0f %7.0f %7.0f%s\n",
+		       pieces[p].name, pieces[p].mode == M_RB_OUTPUT ? pieces[p].size : 0, "-",
+		       st.loop_min - e->loop_min, st.loop_med - e->loop_med, st.min - e->p50,
+		       st.p50 - e->p50, st.p90 - e->p50, st.p99 - e->p50, st.mean - e->p50,
+		       st.fails ? "  (the ring was full at some)" : "");
+		fflush(stdout);
+	}
+	consuming = 0;
+	pthread_join(reader, NULL);
+	ring_buffer__free(rb);
 	bpf_link__destroy(l2);
 	bpf_link__destroy(l1);
 	readcost_bpf__destroy(skel);

@@ -31,7 +31,9 @@
  * output of 1 KiB or more): one bpf_ktime_get_ns(); a ring buffer's reserve and commit
  * of a 64-byte record; bpf_ringbuf_output of SIZE bytes. Neither asks for a wakeup: a
  * thread on another CPU reads the ring every millisecond, as a collector that keeps up
- * does. build/readcost ROUNDS RING_MB: the ring's size (default 16, evmbpf's). */
+ * does. Each twice: hot, and cold (the ring's lines the call will write flushed by
+ * clflush before it, through the ring's read-only mapping). build/readcost ROUNDS
+ * RING_MB: the ring's size (default 16, evmbpf's). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -64,6 +66,10 @@ __attribute__((noinline)) void readcost_target(void)
 static struct readcost_bpf *skel;
 static uint8_t *pool;
 static int cell_calls;          /* calls a round, when set (the ring's cells) */
+static volatile uint64_t *ring_prod; /* the ring's producer position, mapped read-only */
+static uint8_t *ring_data;      /* its data, mapped twice in a row (libbpf's layout) */
+static uint64_t ring_size;
+static uint32_t ring_cold;      /* bytes ahead of the producer to flush before a call */
 static volatile int consuming;
 static uint64_t consumed;
 
@@ -115,6 +121,12 @@ static void flush_lines(uint64_t at, uint32_t n)
  * place says, and make their lines cold. Returns the fresh mapping to unmap after. */
 static void *prepare(int place, uint64_t hot, uint32_t n)
 {
+	if (ring_cold && ring_data) {
+		/* the lines the call's records will be written to, out of every cache: as
+		 * between two module calls, when the target's work ran between them */
+		flush_lines((uint64_t)ring_data + (*ring_prod & (ring_size - 1)), ring_cold);
+		__builtin_ia32_mfence();
+	}
 	if (place == P_COLD) {
 		uint64_t o = skel->bss->off;
 		for (int i = 0; i < ITERS; i++) {
@@ -320,8 +332,17 @@ int main(int argc, char **argv)
 	CPU_ZERO(&cpus);
 	CPU_SET(1, &cpus);
 	pthread_setaffinity_np(reader, sizeof(cpus), &cpus);
+	long page = sysconf(_SC_PAGESIZE);
+	ring_size = (uint64_t)ring_mb << 20;
+	uint8_t *rmap = mmap(NULL, page + 2 * ring_size, PROT_READ, MAP_SHARED,
+			     bpf_map__fd(skel->maps.ring), page);
+	if (rmap != MAP_FAILED) {
+		ring_prod = (volatile uint64_t *)rmap;
+		ring_data = rmap + page;
+	}
 	printf("\na record's pieces, ns each (%d MiB ring, read every ms on another CPU), less "
-	       "the same timing around nothing\n", ring_mb);
+	       "the same timing around nothing; cold: the lines the call writes flushed "
+	       "before it\n", ring_mb);
 	static const uint32_t rsizes[] = { 64, 256, 1024, 4096 };
 	struct { const char *name; int mode; uint32_t size; } pieces[2 + 4] = {
 		{ "bpf_ktime_get_ns", M_KTIME, 8 },
@@ -329,13 +350,19 @@ int main(int argc, char **argv)
 	};
 	for (int i = 0; i < 4; i++)
 		pieces[2 + i] = (typeof(pieces[0])){ "bpf_ringbuf_output", M_RB_OUTPUT, rsizes[i] };
-	for (int p = 0; p < 6; p++) {
+	for (int p = 0; p < 2 * 6; p++) {
 		struct stats st;
 		const struct stats *e = &empty[0][P_HOT];
-		cell_calls = pieces[p].size >= 1024 ? CALLS_COLD : 0;
-		cell(pieces[p].mode, 0, P_HOT, hot, pieces[p].size, rounds, &st);
+		int q = p % 6, cold = p >= 6;
+		if (cold && pieces[q].mode == M_KTIME)
+			continue;
+		uint32_t rec = pieces[q].mode == M_RB_OUTPUT ? pieces[q].size : 64;
+		ring_cold = cold && ring_data ? ITERS * (((rec + 8 + 7) & ~7u)) : 0;
+		cell_calls = pieces[q].size >= 1024 || cold ? CALLS_COLD : 0;
+		cell(pieces[q].mode, 0, P_HOT, hot, pieces[q].size, rounds, &st);
 		printf("%-36s %5u %-5s %8.1f %8.1f | %7.0f %7.0f %7.0f %7.0f %7.0f%s\n",
-		       pieces[p].name, pieces[p].mode == M_RB_OUTPUT ? pieces[p].size : 0, "-",
+		       pieces[q].name, pieces[q].mode == M_RB_OUTPUT ? pieces[q].size : 0,
+		       cold ? "cold" : "hot",
 		       st.loop_min - e->loop_min, st.loop_med - e->loop_med, st.min - e->p50,
 		       st.p50 - e->p50, st.p90 - e->p50, st.p99 - e->p50, st.mean - e->p50,
 		       st.fails ? "  (the ring was full at some)" : "");

@@ -119,3 +119,50 @@ def test_stopped_inside_a_leaf(evmbpf, tmp_path):
     events = load(out)
     slow = [e for e in events if e.get("module") == "2" and e["forward"] == 2]
     assert [e["event"] for e in slow] == ["enter", "unwound"], events[-6:]
+
+
+def per_thread(events):
+    """Each thread's module events in trace order, without what differs from run to run
+    (thread ids, clocks, the trace's own counters, the call numbers: those count every
+    thread's calls in the order they came); sorted, so runs compare whatever the thread
+    ids were."""
+    threads = {}
+    for e in events:
+        if e["event"] in ("enter", "exit", "unwound", "orphan"):
+            e = {k: v for k, v in e.items() if k not in ("tid", "ts_ns", "i", "call")}
+            parts = e.get("module", "").split(".")
+            key = parts[1] if parts[0] == "blocks" and len(parts) > 1 else "main"
+            threads.setdefault(key, []).append(e)
+    return threads
+
+
+def test_leaf_calls_on_threads_the_collector_takes(evmbpf, tmp_path):
+    """Three threads, each calling its own block whose middle leaf sleeps 5-120 ms: a kept
+    enter is sent with its exit, on its own when another thread makes a record first, or
+    taken by the collector while the leaf sleeps on, at times just as it returns (the
+    compare-and-swap on the process's state decides). In three runs each thread's events
+    are those two records a call give (EVMBPF_NO_DEFER=1), in the same order, each call
+    entered and exited once; --stats shows both ways taken."""
+    workload = os.path.join(OWN_WORKLOADS, "leaf_race.py")
+    out, stats = str(tmp_path / "plain.jsonl"), str(tmp_path / "plain.stats")
+    tracer = launched(workload, out, False, stats=stats)
+    _, err = tracer.communicate(timeout=300)
+    assert tracer.returncode == 0, err
+    want = per_thread(load(out))
+    assert sorted(want) == ["0", "1", "2", "main"], sorted(want)
+    for k in ("0", "1", "2"):
+        kinds = [e["event"] for e in want[k]]
+        assert kinds.count("enter") == kinds.count("exit") == 16 * 4, kinds
+    taken = pairs = 0
+    for run in range(3):
+        out, stats = str(tmp_path / f"{run}.jsonl"), str(tmp_path / f"{run}.stats")
+        tracer = launched(workload, out, True, stats=stats)
+        _, err = tracer.communicate(timeout=300)
+        assert tracer.returncode == 0, err
+        assert per_thread(load(out)) == want, run
+        with open(stats) as handle:
+            counters = json.load(handle)
+        assert counters["dropped_records"] == 0, counters
+        taken += counters["leaf_taken"]
+        pairs += counters["leaf_pairs"]
+    assert taken > 0 and pairs > 0, (taken, pairs)

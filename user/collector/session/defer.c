@@ -39,6 +39,7 @@ int defer_claim(struct session *s, int force)
 		s->taken = d.buf + DEFER_HDR;
 		s->taken_len = len;
 		s->taken_ts = ((const struct rec_hdr *)s->taken)->ts_ns;
+		s->leaf_taken++;
 	}
 	return 1;
 }

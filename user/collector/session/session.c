@@ -326,7 +326,7 @@ static void write_stats(struct session *s)
 	const struct proc_state *b = s->ps;
 	fprintf(f, "{\"records\": %llu, \"record_bytes\": %llu, \"events\": %llu, \"dropped_records\": %llu, "
 		"\"dropped_bytes\": %llu, \"truncated_records\": %llu, \"read_faults\": %llu, "
-		"\"holds\": %llu, \"tensor_bytes\": %llu, \"leaf_pairs\": %llu, "
+		"\"holds\": %llu, \"tensor_bytes\": %llu, \"leaf_pairs\": %llu, \"leaf_taken\": %llu, "
 		"\"utime_s\": %.6f, \"stime_s\": %.6f, \"attach_cpu_s\": %.6f, \"maxrss_kb\": %ld}\n",
 		(unsigned long long)trace_records(&s->trace),
 		(unsigned long long)trace_record_bytes(&s->trace),
@@ -337,7 +337,7 @@ static void write_stats(struct session *s)
 		(unsigned long long)(b ? b->read_faults : 0),
 		(unsigned long long)(b ? b->holds : 0),
 		(unsigned long long)(b ? b->tensor_bytes_sent : 0),
-		(unsigned long long)(b ? b->defer_pairs : 0),
+		(unsigned long long)(b ? b->defer_pairs : 0), (unsigned long long)s->leaf_taken,
 		ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6,
 		ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6, attach_cpu_s, ru.ru_maxrss);
 	fclose(f);

@@ -53,6 +53,7 @@ struct session {
 	const void *taken;
 	uint32_t taken_len;
 	uint64_t taken_ts;
+	uint64_t leaf_taken; /* such enters (--stats) */
 };
 
 /* The signal (SIGINT, SIGTERM, SIGHUP) that asked evmbpf to stop, or 0. */

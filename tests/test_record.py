@@ -31,7 +31,7 @@ from numeric_compare import compare_numeric
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, STANDIN, chroot_target, comparable, compare_traces,
                             debug_registers, host_kwargs, links_on, load, perf_links,
-                            probes_left, proc_state, recorded_why, shared_folder,
+                            probes_left, proc_state, recorded_why, shared_folder, TEST_AIDS,
                             without_machine_notes)
 
 pytestmark = pytest.mark.root
@@ -1425,6 +1425,63 @@ def test_a_stream_of_one_users_processes(evmbpf, refs, tmp_path):
         others = [line for line in between if re.match(r"attached to \d+ ", line)]
         assert len(others) <= 3, (pid, others)
         assert_equals_reference_tail(refs["raises-tail"], path)
+
+
+def test_where_an_exec_stands():
+    """What the recorder asks of a process it seized late at its exec (proc_in_loader,
+    through `evmbpf-test-aids in-loader`): a python3 stopped at its exec is in its loader
+    (1: its entry point is to come, a probe there fires); one asleep is past it (0:
+    attached where it stands); one running, or a pid gone, is not known (-1)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def in_loader(pid):
+        r = subprocess.run([TEST_AIDS, "in-loader", str(pid)], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        return int(r.stdout)
+
+    at_exec = subprocess.Popen([HOST_PYTHON, "-c", "pass"],
+                               preexec_fn=lambda: libc.ptrace(0, 0, None, None))  # TRACEME
+    asleep = subprocess.Popen([HOST_PYTHON, "-c", "import time; time.sleep(60)"])
+    busy = subprocess.Popen([HOST_PYTHON, "-c", "while True: pass"])
+    try:
+        _, status = os.waitpid(at_exec.pid, 0)
+        assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTRAP, status
+        assert in_loader(at_exec.pid) == 1
+        time.sleep(1)
+        assert "S" in open(f"/proc/{asleep.pid}/stat").read().split(") ")[1][:1]
+        assert in_loader(asleep.pid) == 0
+        assert in_loader(busy.pid) == -1
+    finally:
+        for p in (at_exec, asleep, busy):
+            p.kill()
+            p.wait()
+    assert in_loader(busy.pid) == -1
+
+
+@pytest.mark.parametrize("late_us", [200, 400])
+def test_an_exec_read_late(evmbpf, tmp_path, monkeypatch, late_us):
+    """The recorder reads each exec late_us late (EVMBPF_TEST_EXEC_LATE_US), as on a busy
+    node: root's python3 runs that import torch are seized past their loader, or their
+    Python's start. Each is attached at once, before its torch import, never found only
+    later by the 200 ms round (where a stream of other execs would be attached first)."""
+    monkeypatch.setenv("EVMBPF_TEST_EXEC_LATE_US", str(late_us))
+    with shared_folder("evmbpf-wanted-", 0o755) as share:
+        rec = Recorder(tmp_path / "traces", "-v", "--match", "evmbpf-wanted-",
+                       pidfile=tmp_path / "pid")
+        try:
+            for _ in range(4):
+                subprocess.run([HOST_PYTHON, "-c", "import torch, time; time.sleep(0.2)",
+                                share], timeout=120, check=True)
+            time.sleep(1)
+        finally:
+            assert rec.stop() == 0, rec.stderr()
+    log = rec.stderr()
+    attached = re.findall(r"^attached to \d+ \(python [\d.]+, (.*)\)$", log, re.M)
+    assert len(attached) == 4, log[-3000:]
+    assert all(what.startswith("torch not imported") for what in attached), log[-3000:]
+    assert "before it was probed" not in log, log[-3000:]
 
 
 SLEEPER = "import time; time.sleep(60)"

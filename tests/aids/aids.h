@@ -1,7 +1,7 @@
 /* evmbpf-test-aids: what the tests drive the collector's and the common code through
  * without a target, one subcommand an aid (main.c). Not part of evmbpf: the Makefile
  * links these files with evmbpf's own objects (all but user/main.c) into
- * build/evmbpf-test-aids. Each reads stdin and writes stdout; 0, or 2 on bad input. */
+ * build/evmbpf-test-aids. Each reads stdin (or its arguments) and writes stdout; 0, or 2 on bad input. */
 #ifndef EVMBPF_TEST_AIDS_H
 #define EVMBPF_TEST_AIDS_H
 
@@ -19,5 +19,6 @@ int regex_test_main(void);
 /* x86-walk FILE FUNCTION [CALLEE] (x86_walk.c): the instructions x86insn.c finds in a
  * function of an ELF file, and its calls to CALLEE (callsites.c). */
 int x86_walk_main(int argc, char **argv);
+/* in-loader PID (main.c): proc_in_loader's answer for PID, 1, 0 or -1 (procstate.h). */
 
 #endif

@@ -3,7 +3,10 @@
 #include "aids.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "procstate.h"
 
 int main(int argc, char **argv)
 {
@@ -17,7 +20,12 @@ int main(int argc, char **argv)
 		return regex_test_main();
 	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "x86-walk"))
 		return x86_walk_main(argc - 2, argv + 2);
+	if (argc == 3 && !strcmp(argv[1], "in-loader")) {
+		printf("%d\n", proc_in_loader((pid_t)atoi(argv[2])));
+		return 0;
+	}
 	fprintf(stderr, "usage: evmbpf-test-aids cupti-replay | cupti-channel [-v] HARNESS FILE... |\n"
-			"       cupti-stats | regex-test | x86-walk FILE FUNCTION [CALLEE]   (stdin to stdout; tests/aids/aids.h)\n");
+			"       cupti-stats | regex-test | x86-walk FILE FUNCTION [CALLEE] |\n"
+			"       in-loader PID   (stdin to stdout; tests/aids/aids.h)\n");
 	return 2;
 }

@@ -20,6 +20,7 @@
 #include "hold.h"
 #include "job_state.h"
 #include "node_share.h"
+#include "procstate.h"
 #include "pyframes.h"
 #include "record.h"
 #include "session.h"
@@ -195,11 +196,14 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 		return 0;
 	}
 	/* where the recorder came late (a burst), the process has run past its entry
-	 * point into its Python: it is attached where it stands, held */
-	if (python_started(pid)) {
+	 * point: out of its loader, or into its Python. A probe placed there now would never
+	 * fire; it is attached where it stands, held */
+	int started = python_started(pid), in_loader = started ? 0 : proc_in_loader(pid);
+	if (started || !in_loader) {
 		/* attached in the loop (follow_pending_late), the ring's other execs held first */
 		int i = pending_slot(j, pid, 1);
-		debugx("%d exec'd a Python: held past its entry point, attached there", pid);
+		debugx("%d exec'd %s: held past its entry point, attached there", pid,
+		       started ? "a Python" : "what may be a Python, out of its loader");
 		if (i < 0) {
 			follow_look(j, pid, 0, STOP_PTRACE);
 			return 1;
@@ -327,6 +331,8 @@ static int on_follow(void *ctx, void *data, size_t size)
 		break;
 	case FOLLOW_NODE_EXEC:
 		/* looked at a moment later, when the loader has mapped its libraries */
+		if (j->follow->exec_late_us) /* tests only: a recorder come late, as on a busy node */
+			usleep(j->follow->exec_late_us);
 		uid_t uid = node_proc_uid(pid);
 		if (uid == NODE_NO_UID || follow_node_exec(j, pid, uid) ||
 		    node_look_refused(j, pid, uid))
@@ -380,6 +386,9 @@ int follow_load(struct job *j)
 		const char *most = getenv("EVMBPF_TEST_FOLLOW_USER_MAX"); /* tests only */
 		if (most && atoi(most) > 0)
 			j->follow->skel->rodata->follow_user_max = (uint32_t)atoi(most);
+		const char *late = getenv("EVMBPF_TEST_EXEC_LATE_US"); /* tests only */
+		if (late && atoi(late) > 0 && atoi(late) < 1000000)
+			j->follow->exec_late_us = (unsigned)atoi(late);
 		bpf_program__set_autoload(j->follow->skel->progs.follow_oom, j->node != NULL);
 		bpf_program__set_autoload(j->follow->skel->progs.follow_fork, !j->follow->execs_only);
 		uprobes_multi_on(j->follow->skel->obj); /* the entry-point probes close fast too */

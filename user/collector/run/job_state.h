@@ -88,6 +88,7 @@ struct job_follow {
 	struct follow_bpf *skel;
 	struct ring_buffer *rb;
 	int execs_only;    /* a launched command without --follow: its execs, not its forks */
+	unsigned exec_late_us; /* tests only (EVMBPF_TEST_EXEC_LATE_US): an exec read this late */
 	int unloading;     /* follow_unload: records left are stops to let go, nothing more */
 	struct bpf_link *links[4];
 	struct {

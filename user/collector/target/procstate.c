@@ -114,3 +114,72 @@ void proc_identity(pid_t pid, int *ppid, char rank[16])
 			snprintf(rank, 16, "%s", v);
 	}
 }
+
+/* The value of type `type` in pid's auxiliary vector (/proc/PID/auxv); 0 when there is
+ * none or it cannot be read. */
+static unsigned long proc_auxv(pid_t pid, unsigned long type)
+{
+	char path[64];
+	unsigned long v[2 * 64];
+	snprintf(path, sizeof(path), "/proc/%d/auxv", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	size_t n = fread(v, sizeof(v[0]), sizeof(v) / sizeof(v[0]), f) / 2;
+	fclose(f);
+	for (size_t i = 0; i < n && v[2 * i]; i++)
+		if (v[2 * i] == type)
+			return v[2 * i + 1];
+	return 0;
+}
+
+/* The address the thread tid runs at, as /proc/PID/syscall has it for a thread that is
+ * not running (its last field; "running" otherwise): 0 when unknown. */
+static unsigned long proc_pc(pid_t tid)
+{
+	char path[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/syscall", tid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	char *got = fgets(line, sizeof(line), f);
+	fclose(f);
+	char *last = got ? strrchr(line, ' ') : NULL;
+	return last ? strtoul(last + 1, NULL, 16) : 0;
+}
+
+int proc_in_loader(pid_t pid)
+{
+	unsigned long base = proc_auxv(pid, 7 /* AT_BASE */), pc = proc_pc(pid);
+	if (!base || !pc)
+		return -1;
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	/* the file of the mapping at base (the loader's first) and that of pc's mapping,
+	 * by device and inode: the path is the target's to name */
+	unsigned long loader[3] = {0}, at_pc[3] = {0};
+	int whole = 1, lines = 0;
+	while (fgets(line, sizeof(line), f) && lines < 65536) {
+		int start = whole; /* a line longer than the buffer: its rest is no line */
+		whole = strchr(line, '\n') != NULL;
+		if (!start)
+			continue;
+		lines++;
+		unsigned long lo, hi, inode;
+		unsigned major, minor;
+		if (sscanf(line, "%lx-%lx %*s %*s %x:%x %lu", &lo, &hi, &major, &minor, &inode) != 5)
+			continue;
+		unsigned long file[3] = { major, minor, inode };
+		if (lo == base)
+			memcpy(loader, file, sizeof(file));
+		if (lo <= pc && pc < hi)
+			memcpy(at_pc, file, sizeof(file));
+	}
+	fclose(f);
+	if (!loader[2])
+		return -1;
+	return !memcmp(loader, at_pc, sizeof(loader));
+}

@@ -76,12 +76,18 @@ def test_sigkill_random_points(server, full_trace, tmp_path):
     assert inside >= trials * 0.8
 
 
+@pytest.mark.parametrize("pairs", [False, True], ids=["", "leaf-pairs"])
 @pytest.mark.parametrize("how,signame,rc", [("segv", "SIGSEGV", 128 + 11),
                                             ("exit", "exit", 3)])
-def test_target_dies_in_native_code_or_os_exit(evmbpf, how, signame, rc, tmp_path):
+def test_target_dies_in_native_code_or_os_exit(evmbpf, how, signame, rc, pairs, tmp_path):
     """A segfault in native code (ctypes.string_at(0)) or os._exit(3) inside
-    blocks.1.inner during forward 3 (launch mode); the prefix is the clean run's."""
+    blocks.1.inner during forward 3 (launch mode); the prefix is the clean run's. Also
+    with one record a leaf call (EVMBPF_LEAF_PAIRS=1): blocks.1.inner dies before its
+    first child, its enter kept back, sent by the thread's exit record."""
     env = dict(os.environ, FAULT_FORWARDS="6")
+    env.pop("EVMBPF_LEAF_PAIRS", None)
+    if pairs:
+        env["EVMBPF_LEAF_PAIRS"] = "1"
     clean, died = str(tmp_path / "clean.jsonl"), str(tmp_path / "died.jsonl")
     r = subprocess.run([EVMBPF, "--out", clean, "--", HOST_PYTHON, RUN_WORKLOAD, FAULT_MODEL],
                        capture_output=True, text=True, env=env, timeout=120)

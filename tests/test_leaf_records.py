@@ -1,6 +1,6 @@
-"""One record a leaf call (docs/design.md, "One record a leaf call"): the probes keep a
-plain enter back and send it with its exit as one record. The trace must be the one two
-records a call give (EVMBPF_NO_DEFER=1), and an enter kept back must reach the trace
+"""One record a leaf call (docs/design.md, "One record a leaf call"; EVMBPF_LEAF_PAIRS=1,
+off by default): the probes keep a plain enter back and send it with its exit as one
+record. The trace must be the one two records a call give (the default), and an enter kept back must reach the trace
 while its call runs on (a thread inside a long leaf: a hang) and when evmbpf stops
 inside it. A thread that dies inside a leaf: test_faults_target.py (blocks.1.inner dies
 before its first child) and its SIGKILLs at random points."""
@@ -32,8 +32,9 @@ def comparable(events):
 
 def launched(workload, out, defer, env=None, stats=None):
     env = dict(env or os.environ)
-    if not defer:
-        env["EVMBPF_NO_DEFER"] = "1"
+    env.pop("EVMBPF_LEAF_PAIRS", None)
+    if defer:
+        env["EVMBPF_LEAF_PAIRS"] = "1"
     args = [EVMBPF, "--out", out] + (["--stats", stats] if stats else [])
     return subprocess.Popen(args + ["--", HOST_PYTHON, RUN_WORKLOAD, workload], env=env,
                             stderr=subprocess.PIPE, text=True)
@@ -89,17 +90,20 @@ def test_a_leaf_that_lasts_is_in_the_trace_while_it_runs(evmbpf, tmp_path):
     assert traces[True] == traces[False]
 
 
-def test_stopped_inside_a_leaf(evmbpf, tmp_path):
+@pytest.mark.parametrize("pairs", [True, False], ids=["leaf-pairs", "two-records"])
+def test_stopped_inside_a_leaf(evmbpf, pairs, tmp_path):
     """evmbpf stopped (SIGINT) at once while `slow` waits, attached by --pid: the trace
-    ends with `slow`'s enter written (taken once the probes are gone) and the frames left
-    open unwound; the target runs on and ends well."""
+    ends with `slow`'s enter written (with leaf pairs, taken once the probes are gone)
+    and the frames left open unwound; the target runs on and ends well."""
     flag, resume, go = (str(tmp_path / n) for n in ("flag", "resume", "go"))
     env = dict(os.environ, SLOW_FLAG=flag, SLOW_RESUME=resume)
+    env.pop("EVMBPF_LEAF_PAIRS", None)
     target = subprocess.Popen([HOST_PYTHON, RUN_WORKLOAD, SLOW, "--wait-for", go], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     out = str(tmp_path / "t.jsonl")
     tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out],
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(env, EVMBPF_LEAF_PAIRS="1") if pairs else env)
     try:
         line = ""
         while "attached to" not in line:
@@ -141,7 +145,7 @@ def test_leaf_calls_on_threads_the_collector_takes(evmbpf, tmp_path):
     enter is sent with its exit, on its own when another thread makes a record first, or
     taken by the collector while the leaf sleeps on, at times just as it returns (the
     compare-and-swap on the process's state decides). In three runs each thread's events
-    are those two records a call give (EVMBPF_NO_DEFER=1), in the same order, each call
+    are those two records a call give (the default), in the same order, each call
     entered and exited once; --stats shows both ways taken."""
     workload = os.path.join(OWN_WORKLOADS, "leaf_race.py")
     out, stats = str(tmp_path / "plain.jsonl"), str(tmp_path / "plain.stats")

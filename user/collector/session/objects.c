@@ -170,10 +170,12 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 	/* module records wake the collector only when a quarter of the ring is waiting;
 	 * the job's loop reads it every 100 ms whatever happens */
 	skel->rodata->wakeup_bytes = (uint64_t)s->opts->ringbuf_mb << 18;
-	/* one record a leaf call (bpf/state.bpf.h, session/defer.c); EVMBPF_NO_DEFER=1: two,
-	 * as before (scripts/bench.py compares both) */
-	const char *no_defer = getenv("EVMBPF_NO_DEFER");
-	skel->rodata->defer_calls = !(no_defer && *no_defer && strcmp(no_defer, "0"));
+	/* one record a leaf call (bpf/state.bpf.h, session/defer.c) on request alone,
+	 * EVMBPF_LEAF_PAIRS=1: on a KVM guest it cost 93-125 ns a call more than the second
+	 * record it saves (the enter's and the exit's extra copies, four locked operations),
+	 * and on a PVM guest it saved less than that guest's noise (docs/design.md) */
+	const char *pairs = getenv("EVMBPF_LEAF_PAIRS");
+	skel->rodata->defer_calls = pairs && *pairs && strcmp(pairs, "0");
 	/* only the marker probe this Python's `with` takes is loaded (each is verified) */
 	bpf_program__set_autoload(skel->progs.marker_enter,
 				  t->gen_type && t->lookup_special_kind == LOOKUP_STR);

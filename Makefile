@@ -27,7 +27,7 @@ WERROR   ?= -Werror
 CFLAGS   += -Wall -Wextra -Wno-unused-parameter -std=gnu11 -D_GNU_SOURCE \
             -Iinclude -I$(BUILD) -MMD -MP $(WERROR)
 LDLIBS   := -lbpf -lelf -lz -lcjson -lpcre2-8 -lm
-BPFFLAGS := -g -O2 -target bpf -mcpu=v3 -D__TARGET_ARCH_$(ARCH) -Iinclude -Ivmlinux/$(ARCH) \
+BPFFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Iinclude -Ivmlinux/$(ARCH) \
             -I$(BUILD) -Wall -Wno-unused-function -MMD -MP $(WERROR)
 # COUNT_READS=1: a profiling build that counts the programs' reads per record
 # (bpf/readcount.bpf.h, scripts/readcount.py); give it its own BUILD=build-count

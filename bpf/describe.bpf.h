@@ -196,7 +196,7 @@ static __noinline int defer_enter(struct proc_state *ps, struct scratch *s, __u3
 	if (__sync_val_compare_and_swap(&ps->defer_state, DEFER_NONE, DEFER_BUSY) != DEFER_NONE)
 		return 0; /* the collector holds the one kept before */
 	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
-	__u32 n = size;
+	__u64 n = size;
 	asm volatile("" : "+r"(n));
 	if (!d || n < sizeof(struct rec_call) || n > DEFER_ENTER_MAX ||
 	    bpf_probe_read_kernel(&d->buf[DEFER_HDR], n, s->buf)) {
@@ -223,7 +223,7 @@ static __noinline int defer_pair(struct proc_state *ps, struct scratch *s, __u32
 		return 0;
 	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
 	void *rb = ps_ring(ps);
-	__u32 elen = ps->defer_len, xlen = size;
+	__u64 elen = ps->defer_len, xlen = size; /* 64-bit: checked bounds hold without JMP32 */
 	asm volatile("" : "+r"(elen));
 	asm volatile("" : "+r"(xlen));
 	int sent = 0;

@@ -176,7 +176,7 @@ static __noinline int defer_flush(struct proc_state *ps)
 		return 0;
 	struct defer_buf *d = bpf_map_lookup_elem(&defer_bufs, &ps->slot);
 	void *rb = ps_ring(ps);
-	__u32 len = ps->defer_len;
+	__u64 len = ps->defer_len;
 	if (d && rb && len >= sizeof(struct rec_hdr) && len <= DEFER_ENTER_MAX) {
 		if (bpf_ringbuf_output(rb, &d->buf[DEFER_HDR], len, rb_flags(ps, 0, len)))
 			__sync_fetch_and_add(&ps->dropped_records, 1);

@@ -71,10 +71,9 @@ struct proc_state {
 	__u64 ring_unwoken;
 	/* the enter record kept back (state.bpf.h, defer_flush): its state (DEFER_*), its
 	 * length in the process's defer buffer, its thread, stack pointer and clock */
-	__u32 defer_state;
+	__u64 defer_state;   /* 64 bits: the BPF side's compare-and-swap needs no -mcpu=v3 */
 	__u32 defer_len;
 	__u32 defer_tid;
-	__u32 defer_pad;
 	__u64 defer_sp;
 	__u64 defer_ts;
 	__u64 defer_pairs;   /* counted: leaf calls sent as one record */

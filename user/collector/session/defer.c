@@ -28,7 +28,7 @@ int defer_claim(struct session *s, int force)
 	if (!force && mono_ns() - __atomic_load_n(&ps->defer_ts, __ATOMIC_RELAXED) <
 			      DEFER_TAKE_MS * 1000000ull)
 		return 0;
-	uint32_t want = DEFER_READY;
+	uint64_t want = DEFER_READY;
 	if (!__atomic_compare_exchange_n(&ps->defer_state, &want, DEFER_BUSY, 0, __ATOMIC_ACQ_REL,
 					 __ATOMIC_ACQUIRE))
 		return 0; /* sent meanwhile */

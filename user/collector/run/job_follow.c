@@ -197,7 +197,8 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 	}
 	/* where the recorder came late (a burst), the process has run past its entry
 	 * point: out of its loader, or into its Python. A probe placed there now would never
-	 * fire; it is attached where it stands, held */
+	 * fire; it is attached where it stands, held. Its Python is asked first: a process
+	 * whose Python has started may be stopped inside a dlopen, in its loader's code */
 	int started = python_started(pid), in_loader = started ? 0 : proc_in_loader(pid);
 	if (started || !in_loader) {
 		/* attached in the loop (follow_pending_late), the ring's other execs held first */

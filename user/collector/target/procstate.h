@@ -15,11 +15,12 @@ int wait_stopped(pid_t pid, int timeout_ms);
  * it copied into buf (cut at cap), 0 when it is unset or the file cannot be read. */
 int proc_getenv(pid_t pid, const char *name, char *buf, size_t cap);
 
-/* Is pid still in its dynamic loader, its thread pid (not running: stopped, held) at an
- * address in the file of the interpreter the kernel loaded for it (auxv's AT_BASE)? 1 it
- * is (its image may not be relocated yet, its entry point is to come), 0 it is past it
- * (it runs its program's code or its libraries'), -1 unknown (running, a static
- * executable, /proc not readable). Read as root: the addresses only, no path of it. */
+/* Is pid's thread pid (not running: stopped, held) at an address in the file of the
+ * dynamic loader the kernel loaded for it (auxv's AT_BASE)? 1 it is: at its start (its
+ * image may not be relocated yet, its entry point is to come), or later inside a dlopen,
+ * which only the process's own state tells apart (job_follow.c asks its Python first);
+ * 0 it is not (it runs its program's code or its libraries'); -1 unknown (running, a
+ * static executable, /proc not readable). Read as root: the addresses only, no path. */
 int proc_in_loader(pid_t pid);
 
 /* Its parent and its rank in a job (RANK, else LOCAL_RANK: a number of at most 9 digits,

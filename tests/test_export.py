@@ -11,10 +11,13 @@ times. The speedscope file is then loaded into the speedscope web app (the npm
 package's build) in headless Chromium, served from 127.0.0.1, and the page must show
 the modules.
 """
+import base64
+import fcntl
 import json
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import struct
@@ -543,9 +546,110 @@ def chromium():
     pytest.skip("no Chromium (scripts/install-deps.sh installs Debian's chromium)")
 
 
+class Page:
+    """One headless Chromium tab driven over the DevTools protocol on a pipe (fds 3 and
+    4, messages ended by NUL): the tests wait for what they look for, with a deadline,
+    instead of a fixed virtual-time budget. speedscope fills its tables in an animation
+    frame after it measures their box; a DOM dumped at the end of a budget could come
+    before that frame (CI saw the sandwich table empty once)."""
+
+    def __init__(self, exe, profile, width, height):
+        to_browser, self._send_fd = os.pipe()
+        self._recv_fd, from_browser = os.pipe()
+        def pipe_fds():  # the browser's end of the pipes on fds 3 and 4
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_browser, from_browser)]
+            os.dup2(high[0], 3)
+            os.dup2(high[1], 4)
+
+        self.proc = subprocess.Popen(
+            [exe, "--headless=new", "--no-sandbox", "--disable-gpu",
+             "--enable-unsafe-swiftshader", f"--user-data-dir={profile}", "--no-first-run",
+             "--remote-debugging-pipe", f"--window-size={width},{height}", "about:blank"],
+            pass_fds=(3, 4), preexec_fn=pipe_fds, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE)
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buf, self._id, self.session, self.events = b"", 0, None, set()
+        targets = self.call("Target.getTargets")["targetInfos"]
+        page = next(t for t in targets if t["type"] == "page")
+        self.session = self.call("Target.attachToTarget", targetId=page["targetId"],
+                                 flatten=True)["sessionId"]
+
+    def call(self, method, deadline=60, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            msg["sessionId"] = self.session
+        os.write(self._send_fd, json.dumps(msg).encode() + b"\0")
+        reply = self._read(lambda m: m.get("id") == self._id, method, deadline)
+        assert "error" not in reply, (method, reply["error"])
+        return reply["result"]
+
+    def _read(self, wanted, what, deadline):
+        """The first message from the browser that is wanted; the events on the way are
+        kept by name in self.events."""
+        end = time.monotonic() + deadline
+        while True:
+            while b"\0" in self._buf:
+                line, self._buf = self._buf.split(b"\0", 1)
+                msg = json.loads(line)
+                if "method" in msg:
+                    self.events.add(msg["method"])
+                if wanted(msg):
+                    return msg
+            left = end - time.monotonic()
+            assert left > 0, f"Chromium did not answer {what} in {deadline} s"
+            ready, _, _ = select.select([self._recv_fd], [], [], left)
+            chunk = os.read(self._recv_fd, 1 << 20) if ready else b""
+            assert chunk or not ready, \
+                f"Chromium closed its pipe: {self.proc.stderr.read()[-2000:]!r}"
+            self._buf += chunk
+
+    def open(self, url):
+        """Navigates to url and waits for its load event."""
+        self.call("Page.enable")
+        self.events.discard("Page.loadEventFired")
+        self.call("Page.navigate", url=url)
+        if "Page.loadEventFired" not in self.events:
+            self._read(lambda m: m.get("method") == "Page.loadEventFired", "a load", 60)
+
+    def dom(self):
+        return self.call("Runtime.evaluate", expression="document.documentElement.outerHTML",
+                         returnByValue=True)["result"]["value"]
+
+    def screenshot(self, path):
+        data = self.call("Page.captureScreenshot", format="png")["data"]
+        with open(path, "wb") as handle:
+            handle.write(base64.b64decode(data))
+
+    def wait(self, what, seconds):
+        """what() every 0.2 s until it is true or `seconds` pass; its last value."""
+        end = time.monotonic() + seconds
+        while True:
+            got = what()
+            if got or time.monotonic() > end:
+                return got
+            time.sleep(0.2)
+
+    def close(self):
+        try:
+            self.call("Browser.close", deadline=10)
+        except AssertionError:
+            pass
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._send_fd)
+        os.close(self._recv_fd)
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    """Headless Chromium on the speedscope app, served with the exports from 127.0.0.1."""
+    """Headless Chromium on the speedscope app, served with the exports from 127.0.0.1:
+    browser(export, view, width, height) gives a Page showing it (export None: the app's
+    page without a profile)."""
     app, exe, data = speedscope_app(), chromium(), str(tmp_path_factory.mktemp("www"))
 
     class Handler(SimpleHTTPRequestHandler):
@@ -558,23 +662,27 @@ def browser(tmp_path_factory):
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    profile = str(tmp_path_factory.mktemp("chromium-profile"))
+    pages = []
 
-    def load_page(export_path, view, *how):
+    def load_page(export_path, view, width, height):
         url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
         if export_path:
             name = os.path.basename(export_path)
             shutil.copy(export_path, os.path.join(data, name))
             url += f"#profileURL=/data/{name}&view={view}"
-        r = subprocess.run([exe, "--headless=new", "--no-sandbox", "--disable-gpu",
-                            "--enable-unsafe-swiftshader", f"--user-data-dir={profile}",
-                            "--no-first-run", "--virtual-time-budget=15000", *how, url],
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return r.stdout
+        page = Page(exe, str(tmp_path_factory.mktemp("chromium-profile")), width, height)
+        pages.append(page)
+        page.open(url)
+        return page
 
     yield load_page
+    for page in pages:
+        page.close()
     server.shutdown()
+
+
+def unescaped(dom):
+    return dom.replace("&lt;", "<").replace("&gt;", ">")
 
 
 @pytest.mark.root
@@ -586,21 +694,26 @@ def test_speedscope_renders_the_modules_in_chromium(traces, browser, tmp_path):
     tid = next(e["tid"] for e in events if e.get("event") == "enter")
 
     # the sandwich view lists every frame by name in the page's DOM
-    dom = browser(exported, "sandwich", "--window-size=1280,2400", "--dump-dom")
+    page = browser(exported, "sandwich", 1280, 2400)
+    missing = lambda text: [n for n in names if f">{n}</td>" not in text]  # noqa: E731
+    dom = page.wait(lambda: (lambda d: d if not missing(unescaped(d)) else None)(page.dom()), 60)
+    dom = dom or page.dom()
     assert "<title>tiny.jsonl - speedscope</title>" in dom, dom[:2000]
     assert f"thread {tid}" in dom
-    text = dom.replace("&lt;", "<").replace("&gt;", ">")
-    missing = [n for n in names if f">{n}</td>" not in text]
-    assert not missing, f"not in the sandwich table: {missing}"
+    assert not missing(unescaped(dom)), f"not in the sandwich table: {missing(unescaped(dom))}"
 
     # the time-ordered flame chart draws them: the root's bar across the chart, its
     # children's boxes in many colours under it; the app's page without a profile (its
     # welcome page, with a big blue button) must not pass for one
     shot = str(tmp_path / "speedscope.png")
-    browser(exported, "time-ordered", "--window-size=1280,800", f"--screenshot={shot}")
-    drawn = flame_chart_drawn(shot)
+    page = browser(exported, "time-ordered", 1280, 800)
+    drawn = page.wait(lambda: page.screenshot(shot) or (lambda d: d if d[0] else None)(
+        flame_chart_drawn(shot)), 60) or flame_chart_drawn(shot)
     blank = str(tmp_path / "no-profile.png")
-    browser(None, "time-ordered", "--window-size=1280,800", f"--screenshot={blank}")
+    page = browser(None, "time-ordered", 1280, 800)
+    page.wait(lambda: "speedscope" in page.dom(), 60)
+    time.sleep(3)  # the welcome page has settled: a chart would be drawn by now
+    page.screenshot(blank)
     assert not flame_chart_drawn(blank)[0], "the check passes on a page without a profile"
     assert drawn[0], f"no flame chart in {shot}: {drawn[1]}"
     print(f"\nspeedscope screenshot: {shot} ({drawn[1]})")
@@ -610,11 +723,12 @@ def test_speedscope_renders_the_modules_in_chromium(traces, browser, tmp_path):
 def test_speedscope_threads_in_chromium(traces, browser):
     """The four-thread SIGKILL trace: one profile a thread, the first one shown."""
     _, doc = export(traces["threads"], "speedscope")
-    dom = browser(traces["threads"] + ".speedscope.json", "sandwich",
-                  "--window-size=1280,1600", "--dump-dom")
+    page = browser(traces["threads"] + ".speedscope.json", "sandwich", 1280, 1600)
+    dom = page.wait(lambda: (lambda d: d if "<root> (Model)" in unescaped(d) else None)(
+        page.dom()), 60) or page.dom()
     assert "<title>threads.jsonl - speedscope</title>" in dom
     assert doc["profiles"][0]["name"] in dom
-    assert "<root> (Model)" in dom.replace("&lt;", "<").replace("&gt;", ">")
+    assert "<root> (Model)" in unescaped(dom)
 
 
 # ---------------------------------------------------------------- bad input, output files

@@ -201,6 +201,29 @@ def test_doctor_says_what_the_cupti_agent_needs_of_the_target(evmbpf, tmp_path):
 
 
 @pytest.mark.skipif(not os.path.exists(AGENT), reason="no CUPTI headers: the agent was not built")
+def test_doctor_finds_a_libcupti_in_the_targets_wheels(evmbpf, tmp_path):
+    """A libcupti the target has not mapped, in a site-packages it maps a library from
+    (as pip's nvidia-cuda-cupti wheel installs it): the agent would find it there."""
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    lib_dir = site / "nvidia" / "cuda_cupti" / "lib"
+    lib_dir.mkdir(parents=True)
+    (site / "torch" / "lib").mkdir(parents=True)
+    src = tmp_path / "stub.c"
+    src.write_text("int stub_of_a_wheel;\n")
+    mapped = site / "torch" / "lib" / "libstub.so"
+    for out in (mapped, lib_dir / "libcupti.so.12"):
+        subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(out)], check=True)
+    p, pid = _sleeper(env=dict(os.environ, LD_PRELOAD=str(mapped)))
+    try:
+        mark, text = _agent_line(pid)
+    finally:
+        p.kill()
+        p.wait()
+    assert mark == "✓", text
+    assert text.endswith("libcupti %s (in its wheels)" % (lib_dir / "libcupti.so.12")), text
+
+
+@pytest.mark.skipif(not os.path.exists(AGENT), reason="no CUPTI headers: the agent was not built")
 def test_doctor_says_a_targets_glibc_is_too_old_for_the_agent(evmbpf):
     """bullseye's Python (glibc 2.31) in its chroot: its libc is read as the target maps
     it (through /proc/PID/root), older than the agent needs: a · line saying so."""

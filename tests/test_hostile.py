@@ -350,3 +350,68 @@ def test_summarize_dir_does_not_follow_a_link(evmbpf, share, tmp_path):
                             text=True, timeout=60)
     assert "31337" not in result.stdout + result.stderr, result.stdout  # read from the file
     assert "unreadable" in result.stdout, result.stdout
+
+
+FORGED = "7e0000000000-7e0000001000 r-xp 00000000 00:00 4242 "
+MAPS_PATH_COLUMN = 73   # the kernel pads a maps line's fields to this column
+
+
+def test_a_path_cannot_forge_a_maps_line(tmp_path):
+    """A process maps two files whose paths carry a maps line of their own at the byte
+    where a reader with a fixed buffer would cut the line (4,223: the PATH_MAX + 128 of
+    evmbpf's earlier readers; 16,527: procmaps.c's): the cut's tail would read as a
+    mapping at 0x7e0000000000. procmaps.c takes a line whole or not at all: the first
+    file is read with its whole path, the second (a line longer than any path of
+    PATH_MAX bytes can make) is skipped, and no forged mapping appears."""
+    from evmbpf_testlib import TEST_AIDS
+    script = tmp_path / "maps_forge.py"
+    script.write_text(f"""
+import mmap, os, sys, time
+FORGED = {FORGED!r}
+def mapped_at(base, forge_at):
+    # directories under base until the forged component starts forge_at bytes into the line
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    length = {MAPS_PATH_COLUMN} + len(base) + 1
+    while forge_at - length > 0:
+        name = "d" * min(200, forge_at - length - 1) if forge_at - length > 1 else None
+        if name is None:
+            break
+        os.mkdir(name, dir_fd=fd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        length += len(name) + 1
+    assert length == forge_at, (length, forge_at)
+    for name in (FORGED, "forged"):
+        os.mkdir(name, dir_fd=fd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    lib = os.open("libforged.so", os.O_RDWR | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(lib, b"\\0" * 4096)
+    return mmap.mmap(lib, 4096, prot=mmap.PROT_READ)
+keep = [mapped_at(sys.argv[1], 4223), mapped_at(sys.argv[2], 16527)]
+print(os.getpid(), flush=True)
+time.sleep(60)
+""")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    p = subprocess.Popen([HOST_PYTHON, str(script), str(tmp_path / "a"), str(tmp_path / "b")],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(p.stdout.readline())
+        with open(f"/proc/{pid}/maps") as handle:   # the construction, checked
+            lines = sorted((line for line in handle.read().splitlines()
+                            if "libforged.so" in line), key=len)
+        assert len(lines) == 2
+        assert [line.find(FORGED) for line in lines] == [4223, 16527], \
+            [line.find(FORGED) for line in lines]
+        r = subprocess.run([TEST_AIDS, "maps", str(pid)], capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    got = r.stdout.splitlines()
+    assert not [line for line in got if line.startswith("7e0000000000-")], "a forged mapping"
+    assert not [line for line in got if line.startswith("error")], got[-1]
+    forged = [line for line in got if "libforged.so" in line]
+    assert len(forged) == 1 and forged[0].split(" ", 5)[5] == lines[0][MAPS_PATH_COLUMN:]
+    assert str(tmp_path / "a") in forged[0]
+    assert any(line.endswith(os.path.realpath(HOST_PYTHON)) for line in got)

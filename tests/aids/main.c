@@ -2,11 +2,23 @@
  * apart from a traced process (aids.h). */
 #include "aids.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "procmaps.h"
 #include "procstate.h"
+
+/* a line a mapping as procmaps.c reads it: start-end perms offset major:minor inode path */
+static int print_mapping(void *arg, const struct proc_mapping *m)
+{
+	(void)arg;
+	printf("%lx-%lx %s %lx %x:%x %lu %s\n", (unsigned long)m->start, (unsigned long)m->end,
+	       m->perms, (unsigned long)m->offset, m->major, m->minor, (unsigned long)m->inode,
+	       m->path);
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -24,8 +36,14 @@ int main(int argc, char **argv)
 		printf("%d\n", proc_in_loader((pid_t)atoi(argv[2])));
 		return 0;
 	}
+	if (argc == 3 && !strcmp(argv[1], "maps")) {
+		int rc = proc_each_mapping((pid_t)atoi(argv[2]), print_mapping, NULL);
+		if (rc < 0)
+			printf("error %s\n", strerror(errno));
+		return 0;
+	}
 	fprintf(stderr, "usage: evmbpf-test-aids cupti-replay | cupti-channel [-v] HARNESS FILE... |\n"
 			"       cupti-stats | regex-test | x86-walk FILE FUNCTION [CALLEE] |\n"
-			"       in-loader PID   (stdin to stdout; tests/aids/aids.h)\n");
+			"       in-loader PID | maps PID   (stdin to stdout; tests/aids/aids.h)\n");
 	return 2;
 }

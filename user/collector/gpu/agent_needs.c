@@ -17,6 +17,7 @@
 #include <gelf.h>
 #include <libelf.h>
 
+#include "procmaps.h"
 #include "util.h"
 
 int cupti_agent_path(char *out, size_t size)
@@ -158,38 +159,46 @@ static int cupti_major(const char *path)
 	return atoi(base + 12);
 }
 
+struct cupti_maps {
+	char *lib;
+	size_t size;
+	const char **how;
+	char sites[8][PATH_MAX]; /* the site-packages folders it maps files from */
+	int nsites;
+};
+
+static int cupti_mapped(void *arg, const struct proc_mapping *m)
+{
+	struct cupti_maps *c = arg;
+	if (m->path[0] != '/')
+		return 0;
+	int major = cupti_major(m->path);
+	if (major == 12 || major == 13) {
+		snprintf(c->lib, c->size, "%s", m->path);
+		*c->how = " (mapped)";
+		return 1;
+	}
+	const char *sp = strstr(m->path, "-packages/");
+	if (sp && c->nsites < 8) {
+		int n = (int)(sp - m->path) + 10, seen = 0; /* up to its slash */
+		if (n >= PATH_MAX)
+			return 0;
+		for (int i = 0; i < c->nsites; i++)
+			seen |= !strncmp(c->sites[i], m->path, n) && !c->sites[i][n];
+		if (!seen)
+			snprintf(c->sites[c->nsites++], PATH_MAX, "%.*s", n, m->path);
+	}
+	return 0;
+}
+
 /* A libcupti of CUDA 12 or 13 the process has mapped, else one where the agent looks:
  * under each site-packages it has mapped, then a toolkit's; how says which. */
 static int find_cupti(pid_t pid, char *lib, size_t size, const char **how)
 {
-	char path[64], l[PATH_MAX + 128];
-	char sites[8][PATH_MAX];
-	int nsites = 0, found = 0;
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	FILE *f = fopen(path, "re");
-	while (f && !found && fgets(l, sizeof(l), f)) {
-		char *file = strchr(l, '/');
-		if (!file)
-			continue;
-		file[strcspn(file, "\n")] = 0;
-		int m = cupti_major(file);
-		if (m == 12 || m == 13) {
-			snprintf(lib, size, "%s", file);
-			*how = " (mapped)";
-			found = 1;
-		}
-		char *sp = strstr(file, "-packages/");
-		if (sp && nsites < 8) {
-			sp[9] = 0;
-			int seen = 0;
-			for (int i = 0; i < nsites; i++)
-				seen |= !strcmp(sites[i], file);
-			if (!seen)
-				snprintf(sites[nsites++], sizeof(sites[0]), "%s", file);
-		}
-	}
-	if (f)
-		fclose(f);
+	struct cupti_maps c = { lib, size, how, {{0}}, 0 };
+	int found = proc_each_mapping(pid, cupti_mapped, &c) > 0;
+	char (*sites)[PATH_MAX] = c.sites;
+	int nsites = c.nsites;
 	if (found)
 		return 1;
 	static const char *const under_site[] = { "nvidia/cuda_cupti/lib/libcupti.so.1*",
@@ -228,6 +237,18 @@ static int find_cupti(pid_t pid, char *lib, size_t size, const char **how)
 	return found;
 }
 
+/* the path of the process's libc (libc.so.6, libc-2.N.so) into arg (PATH_MAX) */
+static int libc_mapped(void *arg, const struct proc_mapping *m)
+{
+	if (m->path[0] != '/')
+		return 0;
+	const char *base = strrchr(m->path, '/') + 1;
+	if (strcmp(base, "libc.so.6") && (strncmp(base, "libc-2.", 7) || !strstr(base, ".so")))
+		return 0;
+	snprintf(arg, PATH_MAX, "%s", m->path);
+	return 1;
+}
+
 int agent_needs_line(pid_t pid, char *out, size_t size)
 {
 	char agent[PATH_MAX];
@@ -238,20 +259,8 @@ int agent_needs_line(pid_t pid, char *out, size_t size)
 	}
 	long need = glibc_version_of(agent, 1);
 	/* the target's libc, as it has it mapped */
-	char maps[64], l[PATH_MAX + 128], libc[PATH_MAX] = "";
-	snprintf(maps, sizeof(maps), "/proc/%d/maps", pid);
-	FILE *f = fopen(maps, "re");
-	while (f && !libc[0] && fgets(l, sizeof(l), f)) {
-		char *file = strchr(l, '/');
-		if (!file)
-			continue;
-		file[strcspn(file, "\n")] = 0;
-		const char *base = strrchr(file, '/') + 1;
-		if (!strcmp(base, "libc.so.6") || (!strncmp(base, "libc-2.", 7) && strstr(base, ".so")))
-			snprintf(libc, sizeof(libc), "%s", file);
-	}
-	if (f)
-		fclose(f);
+	char libc[PATH_MAX] = "";
+	proc_each_mapping(pid, libc_mapped, libc);
 	long have = -1, release = 0;   /* its newest symbol version; its release */
 	if (libc[0]) {   /* the maps' path as this process sees it, else from the target's root */
 		char inside[PATH_MAX + 32];

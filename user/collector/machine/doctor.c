@@ -28,6 +28,7 @@
 #include "hold.h"
 #include "hwwatch.h"
 #include "target.h"
+#include "procmaps.h"
 #include "procstate.h"
 #include "tracer.h"
 #include "uprobes.h"
@@ -314,26 +315,28 @@ static void check_cudamem(pid_t pid)
 		line(2, "CUDA memory: %s: `mem` stays null", cm.why);
 }
 
+struct mapped {
+	const char *const *names;
+	char *which;
+	size_t cap;
+};
+
+static int mapped_name(void *arg, const struct proc_mapping *m)
+{
+	const struct mapped *w = arg;
+	for (int i = 0; w->names[i]; i++)
+		if (strstr(m->path, w->names[i])) {
+			snprintf(w->which, w->cap, "%s", m->path);
+			return 1;
+		}
+	return 0;
+}
+
+/* The first file the process maps whose name holds one of names (NULL-ended). */
 static int mapped(pid_t pid, const char *const *names, char *which, size_t cap)
 {
-	char path[64], l[PATH_MAX + 128];
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	FILE *f = fopen(path, "re");
-	int found = 0;
-	while (f && !found && fgets(l, sizeof(l), f)) {
-		for (int i = 0; names[i] && !found; i++) {
-			char *p = strstr(l, names[i]);
-			if (p) {
-				char *slash = strchr(l, '/');
-				snprintf(which, cap, "%s", slash ? slash : p);
-				which[strcspn(which, "\n")] = 0;
-				found = 1;
-			}
-		}
-	}
-	if (f)
-		fclose(f);
-	return found;
+	struct mapped w = { names, which, cap };
+	return proc_each_mapping(pid, mapped_name, &w) > 0;
 }
 
 static void check_process(pid_t pid)

@@ -7,37 +7,41 @@
 #include <sys/stat.h>
 
 #include "elfsym.h"
+#include "procmaps.h"
+
+struct find_object {
+	pid_t pid;
+	const char *prefix;
+	char *name, *open_path;
+	size_t len;
+	uint64_t start;
+};
+
+static int find_object(void *arg, const struct proc_mapping *m)
+{
+	struct find_object *o = arg;
+	if (m->path[0] != '/' || m->offset != 0)
+		return 0;
+	const char *base = strrchr(m->path, '/') + 1;
+	if (strncmp(base, o->prefix, strlen(o->prefix)))
+		return 0;
+	snprintf(o->name, o->len, "%s", m->path);
+	struct stat st;
+	if ((size_t)snprintf(o->open_path, o->len, "/proc/%d/root%s", o->pid, m->path) >= o->len ||
+	    stat(o->open_path, &st) || st.st_ino != m->inode)
+		snprintf(o->open_path, o->len, "/proc/%d/map_files/%lx-%lx", o->pid,
+			 (unsigned long)m->start, (unsigned long)m->end);
+	o->start = m->start;
+	return 1;
+}
 
 int maps_find_object(pid_t pid, const char *prefix, char *name, char *open_path, size_t len,
 		     uint64_t *start_out)
 {
-	char path[64], line[PATH_MAX + 128];
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	int found = 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long start, end, off, inode;
-		char perms[8], dev[16], file[PATH_MAX];
-		file[0] = 0;
-		if (sscanf(line, "%lx-%lx %7s %lx %15s %lu %4095[^\n]", &start, &end, perms, &off, dev,
-			   &inode, file) < 6 || !file[0] || off != 0)
-			continue;
-		const char *base = strrchr(file, '/');
-		base = base ? base + 1 : file;
-		if (strncmp(base, prefix, strlen(prefix)))
-			continue;
-		snprintf(name, len, "%s", file);
-		struct stat st;
-		if ((size_t)snprintf(open_path, len, "/proc/%d/root%s", pid, file) >= len ||
-		    stat(open_path, &st) || st.st_ino != inode)
-			snprintf(open_path, len, "/proc/%d/map_files/%lx-%lx", pid, start, end);
-		*start_out = start;
-		found = 1;
-		break;
-	}
-	fclose(f);
+	struct find_object o = { pid, prefix, name, open_path, len, 0 };
+	int found = proc_each_mapping(pid, find_object, &o);
+	if (found > 0)
+		*start_out = o.start;
 	return found;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procmaps.h"
 #include "util.h"
 
 /* The state letter of a /proc/.../stat file (R, S, T, Z, ...); 0 when it cannot be
@@ -148,38 +149,28 @@ static unsigned long proc_pc(pid_t tid)
 	return last ? strtoul(last + 1, NULL, 16) : 0;
 }
 
+struct in_loader {
+	unsigned long base, pc;
+	unsigned long loader[3], at_pc[3]; /* device and inode of base's and pc's files */
+};
+
+static int in_loader(void *arg, const struct proc_mapping *m)
+{
+	struct in_loader *l = arg;
+	unsigned long file[3] = { m->major, m->minor, m->inode };
+	if (m->start == l->base)
+		memcpy(l->loader, file, sizeof(file));
+	if (m->start <= l->pc && l->pc < m->end)
+		memcpy(l->at_pc, file, sizeof(file));
+	return 0;
+}
+
 int proc_in_loader(pid_t pid)
 {
-	unsigned long base = proc_auxv(pid, 7 /* AT_BASE */), pc = proc_pc(pid);
-	if (!base || !pc)
+	/* the file of the mapping at base (the loader's first) and that of pc's mapping, by
+	 * device and inode: the path is the target's to name */
+	struct in_loader l = { .base = proc_auxv(pid, 7 /* AT_BASE */), .pc = proc_pc(pid) };
+	if (!l.base || !l.pc || proc_each_mapping(pid, in_loader, &l) < 0 || !l.loader[2])
 		return -1;
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -1;
-	/* the file of the mapping at base (the loader's first) and that of pc's mapping,
-	 * by device and inode: the path is the target's to name */
-	unsigned long loader[3] = {0}, at_pc[3] = {0};
-	int whole = 1, lines = 0;
-	while (fgets(line, sizeof(line), f) && lines < 65536) {
-		int start = whole; /* a line longer than the buffer: its rest is no line */
-		whole = strchr(line, '\n') != NULL;
-		if (!start)
-			continue;
-		lines++;
-		unsigned long lo, hi, inode;
-		unsigned major, minor;
-		if (sscanf(line, "%lx-%lx %*s %*s %x:%x %lu", &lo, &hi, &major, &minor, &inode) != 5)
-			continue;
-		unsigned long file[3] = { major, minor, inode };
-		if (lo == base)
-			memcpy(loader, file, sizeof(file));
-		if (lo <= pc && pc < hi)
-			memcpy(at_pc, file, sizeof(file));
-	}
-	fclose(f);
-	if (!loader[2])
-		return -1;
-	return !memcmp(loader, at_pc, sizeof(loader));
+	return !memcmp(l.loader, l.at_pc, sizeof(l.loader));
 }

@@ -13,6 +13,7 @@
 #include "asuser.h"
 #include "callsites.h"
 #include "elfsym.h"
+#include "procmaps.h"
 #include "procstate.h"
 #include "evmbpf.h"
 #include "util.h"
@@ -20,39 +21,24 @@
 /* target_inspect's reason for failing, said once it knows the target is still there */
 #define why(t, ...) snprintf((t)->why, sizeof((t)->why), __VA_ARGS__)
 
-struct mapping {
-	uint64_t start, end, offset, inode;
-	char perms[8];
-	char path[PATH_MAX];
+/* the mappings of a process that name a file by its absolute path (procmaps.h) */
+typedef int (*mapping_fn)(void *arg, const struct proc_mapping *m);
+
+struct file_mappings {
+	mapping_fn fn;
+	void *arg;
 };
 
-typedef int (*mapping_fn)(void *arg, const struct mapping *m);
+static int file_mapping(void *arg, const struct proc_mapping *m)
+{
+	const struct file_mappings *f = arg;
+	return m->path[0] == '/' ? f->fn(f->arg, m) : 0;
+}
 
 static int each_mapping(pid_t pid, mapping_fn fn, void *arg)
 {
-	char name[64];
-	snprintf(name, sizeof(name), "/proc/%d/maps", pid);
-	FILE *f = fopen(name, "re");
-	if (!f)
-		return -1;
-	char line[PATH_MAX + 128];
-	int rc = 0;
-	while (fgets(line, sizeof(line), f)) {
-		struct mapping m = {0};
-		int pos = 0;
-		if (sscanf(line, "%lx-%lx %7s %lx %*s %lu %n", &m.start, &m.end, m.perms, &m.offset,
-			   &m.inode, &pos) < 5)
-			continue;
-		char *p = line + pos;
-		p[strcspn(p, "\n")] = 0;
-		if (*p != '/')
-			continue;
-		snprintf(m.path, sizeof(m.path), "%s", p);
-		if ((rc = fn(arg, &m)))
-			break;
-	}
-	fclose(f);
-	return rc;
+	struct file_mappings f = { fn, arg };
+	return proc_each_mapping(pid, file_mapping, &f);
 }
 
 struct code_at {
@@ -61,7 +47,7 @@ struct code_at {
 	int found;
 };
 
-static int code_at(void *arg, const struct mapping *m)
+static int code_at(void *arg, const struct proc_mapping *m)
 {
 	struct code_at *c = arg;
 	if (strcmp(m->path, c->path) || m->perms[2] != 'x' || c->addr < m->start ||
@@ -92,7 +78,7 @@ static int same_inode(const char *path, uint64_t inode)
  * path to the chroot), else as the target's mount namespace names them (a container):
  * try the target's root first, then the name as is, then /proc/PID/map_files. The
  * inode from the maps line decides. */
-static void open_path(const struct target *t, const struct mapping *m, char *dst, size_t cap)
+static void open_path(const struct target *t, const struct proc_mapping *m, char *dst, size_t cap)
 {
 	if ((size_t)snprintf(dst, cap, "%s%s", t->root, m->path) < cap &&
 	    same_inode(dst, m->inode))
@@ -116,7 +102,7 @@ struct py_search {
 	int found;
 };
 
-static int find_runtime(void *arg, const struct mapping *m)
+static int find_runtime(void *arg, const struct proc_mapping *m)
 {
 	struct py_search *s = arg;
 	for (int i = 0; i < s->nseen; i++)
@@ -149,7 +135,7 @@ struct bias_search {
 	int found;
 };
 
-static int find_first_map(void *arg, const struct mapping *m)
+static int find_first_map(void *arg, const struct proc_mapping *m)
 {
 	struct bias_search *b = arg;
 	if (strcmp(m->path, b->path) || m->offset != 0)
@@ -193,7 +179,7 @@ struct slot_scan {
 	uint64_t found;
 };
 
-static int scan_slotdefs(void *arg, const struct mapping *m)
+static int scan_slotdefs(void *arg, const struct proc_mapping *m)
 {
 	struct slot_scan *s = arg;
 	if (strcmp(m->path, s->t->py_path) || m->perms[0] != 'r' || m->perms[2] == 'x')
@@ -547,8 +533,12 @@ static int inspect(struct target *t, pid_t pid)
 	}
 	struct py_search s = { .t = t };
 	if (each_mapping(pid, find_runtime, &s) < 0) {
-		why(t, "cannot read /proc/%d/maps: %s (evmbpf needs root, or CAP_SYS_PTRACE)", pid,
-		       strerror(errno));
+		if (errno == E2BIG)
+			why(t, "process %d maps more than %d areas: evmbpf does not read a map that "
+			       "long (a process of that size is not traced)", pid, PROC_MAPS_MAX_LINES);
+		else
+			why(t, "cannot read /proc/%d/maps: %s (evmbpf needs root, or CAP_SYS_PTRACE)",
+			    pid, strerror(errno));
 		return -1;
 	}
 	if (!s.found) {
@@ -653,7 +643,7 @@ int target_inspect_quiet(struct target *t, pid_t pid)
 
 /* torch's extension module, .../torch/_C.cpython-*.so, sits beside its version.py
  * (wherever libtorch_python itself lives: Debian puts it in /usr/lib). */
-static int find_torch_lib(void *arg, const struct mapping *m)
+static int find_torch_lib(void *arg, const struct proc_mapping *m)
 {
 	struct target *t = arg;
 	const char *hit = strstr(m->path, "/torch/_C.");
@@ -677,7 +667,7 @@ static const struct { const char *mangled; int dtype; } meta_types[] = {
 
 struct c10_search { struct target *t; char path[PATH_MAX]; uint64_t start; };
 
-static int find_c10(void *arg, const struct mapping *m)
+static int find_c10(void *arg, const struct proc_mapping *m)
 {
 	struct c10_search *s = arg;
 	const char *base = strrchr(m->path, '/');

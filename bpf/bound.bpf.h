@@ -615,6 +615,48 @@ static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
 	bound_site_record(st, 0, 0, code, flag << 8);
 }
 
+/* A parent whose forward is wrapped (transformers' decorators: LlamaModel.forward has
+ * two), its children called by the forward: the walk passes 2-3 frames of the wrappers
+ * before the parent's Module.__call__ frames. fill: keep each one's code object and the
+ * frame below it, from known down, in the parent's open call; else: 1 when they are
+ * all so now. Each link read is the live chain's (the innermost frame's back is known,
+ * each frame's back the next), so the same code objects (none Module.__call__'s: the
+ * walk judged each; a code object's verdict is kept by its address, as is_call_code
+ * keeps it) down to the parent's frame mean no bound call between: a wrapper's frame
+ * returned and another call's at its address (a bound Module.__call__ the wrapper makes
+ * after the forward) differs in its code. One read a frame: the two words lie within 32
+ * bytes of each other on every layout. */
+static __noinline int known_chain(struct open_call *c, int fill, __u64 parent_frame)
+{
+	__u32 code_at = pyo.version < 311 ? pyo.frameobj_code : pyo.iframe_code;
+	__u32 back_at = pyo.frame_back;
+	__u32 lo = code_at < back_at ? code_at : back_at;
+	__u32 ci = (code_at - lo) >> 3, bi = (back_at - lo) >> 3;
+	if (ci > 3 || bi > 3)
+		return 0;
+	__u64 at = c->known, n = fill ? KNOWN_CHAIN : c->nchain;
+	for (int i = 0; i < KNOWN_CHAIN; i++) {
+		if (i >= n)
+			break;
+		__u64 b[4];
+		if (!at || bpf_probe_read_user(b, sizeof(b), (void *)(at + lo)))
+			return 0;
+		__u64 code = unref(b[ci & 3]), back = b[bi & 3];
+		if (fill) {
+			c->kcode[i] = code;
+			c->kback[i] = back;
+			if (back == parent_frame) {
+				c->nchain = i + 1;
+				return 1;
+			}
+		} else if (code != c->kcode[i] || back != c->kback[i]) {
+			return 0;
+		}
+		at = back;
+	}
+	return !fill;
+}
+
 /* At a module call: a Module.__call__ running on this thread between it and the
  * innermost recorded call (parent: its module; 0 none: the whole chain), or the
  * innermost open bound call, is a bound call; write its entry (before the call that
@@ -649,12 +691,32 @@ static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp,
 			st->nopen = 0;
 	}
 	if (!w.ngroups) {
+		if (w.stop == WALK_PARENT && w.steps > 2 && w.steps <= KNOWN_CHAIN + 1) {
+			/* wrappers between the forward and the parent's frames: known kept with
+			 * them, checked at each child (known_chain), unless a frame right above
+			 * the parent's is kept already (children called from both: the one kept
+			 * first stays, neither walks at every child in turn) */
+			struct call_stack *cs = bpf_task_storage_get(&open_calls,
+								     bpf_get_current_task_btf(), 0, 0);
+			if (cs && cs->n && cs->n <= CALLS_MAX &&
+			    !cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known) {
+				struct open_call *c = &cs->c[(cs->n - 1) & (CALLS_MAX - 1)];
+				c->known = frame_word(frame, pyo.frame_back);
+				c->nchain = 0;
+				if (!known_chain(c, 1, w.frame) || c->nchain != w.steps - 1) {
+					c->known = 0;
+					c->nchain = 0;
+				}
+			}
+			return 0;
+		}
 		if (w.stop == WALK_PARENT && w.steps <= 2) {
 			struct call_stack *cs = bpf_task_storage_get(&open_calls,
 								     bpf_get_current_task_btf(), 0, 0);
 			if (cs && cs->n && cs->n <= CALLS_MAX) {
 				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known =
 					frame_word(frame, pyo.frame_back);
+				cs->c[(cs->n - 1) & (CALLS_MAX - 1)].nchain = 0;
 				if (pyo.version <= 312)
 					cs->c[(cs->n - 1) & (CALLS_MAX - 1)].known_sp = sp;
 			}
@@ -777,8 +839,14 @@ static __always_inline int bound_check(struct call_stack *open, __u64 sp)
 		 * the walk that kept known read, which cannot change while the parent's frames
 		 * run on this thread */
 		frame = tstate_frame(top->tstate);
-		if (!frame || rd64(frame + pyo.frame_back) == top->known)
+		if (!frame)
 			return 0;
+		if (rd64(frame + pyo.frame_back) == top->known) {
+			if (!top->nchain || known_chain(top, 0, 0))
+				return 0;
+			/* a frame at known's address, not the one kept: walk */
+			return check_bound(top->self, 0, sp, top->sp, frame);
+		}
 		return check_bound(top->self, top->known, sp, top->sp, frame);
 	}
 	__u64 tstate = bound_tstate();

@@ -27,12 +27,20 @@ struct {
  * update and a delete per call, is only the overflow for deeper nesting). */
 #define CALLS_MAX 64
 
+/* bound.bpf.h: the frames a walk passed between known and this module's Module.__call__
+ * frames, known's first (its decorators' wrappers: 2 or 3 of them), when they are more
+ * than one */
+#define KNOWN_CHAIN 3
+
 struct open_call {
 	__u64 sp;
 	__u64 self;
 	__u64 known;    /* bound.bpf.h: a frame whose callees call this module's children directly */
 	__u64 known_sp; /* and the stack pointer of such a child's call (3.9-3.12) */
 	__u64 tstate;   /* the thread state the walk that kept known read (when known is set) */
+	__u64 nchain;   /* 0: known is right above this module's frames; else the frames */
+	__u64 kcode[KNOWN_CHAIN]; /* from known down: each one's code object */
+	__u64 kback[KNOWN_CHAIN]; /* and the frame below it (the last: this module's) */
 };
 
 struct call_stack {
@@ -92,6 +100,7 @@ static __always_inline void open_push(struct proc_state *ps, struct call_stack *
 		cs->c[cs->n & (CALLS_MAX - 1)].known = 0;
 		cs->c[cs->n & (CALLS_MAX - 1)].known_sp = 0;
 		cs->c[cs->n & (CALLS_MAX - 1)].tstate = 0;
+		cs->c[cs->n & (CALLS_MAX - 1)].nchain = 0;
 		cs->n++;
 		return;
 	}

@@ -222,6 +222,22 @@ def test_hook_seen(evmbpf, where, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
+@pytest.mark.debug_registers
+@pytest.mark.parametrize("where", ["trixie", "sid"])
+def test_decorated_forward(evmbpf, where, tmp_path):
+    """3.13+: a model whose forward is wrapped twice (as transformers wraps
+    LlamaModel.forward) has its children 3-4 frames above its Module.__call__ frames; the
+    walk at its first child keeps those frames (each one's code object and the frame below
+    it), and its second child is checked against them, not walked. The outer wrapper
+    then calls `mid` through its bound __call__ from the frame that called the inner
+    wrapper: mid's child is walked again and `mid` found. The trace equals the
+    reference's."""
+    ref, got, err, target = run_cell(where, workload("decorated"), "launch", tmp_path)
+    assert sum(e["event"] == "enter" and e["module"] == "mid" for e in got) == 3, err
+    assert sum(e["event"] == "enter" and e["module"] == "mid.inner" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
 @pytest.mark.parametrize("where", ["host"] + full("bullseye", "trixie", "sid",
                                                    "pyenv3.10", "pyenv3.12"))
 def test_leaf_said(evmbpf, where, tmp_path):

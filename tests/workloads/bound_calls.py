@@ -165,6 +165,50 @@ class Hooked(nn.Module):
         return self.head(self.embed(x))
 
 
+def passing(forward):
+    """A wrapper of a forward, as transformers' decorators wrap LlamaModel.forward."""
+    def wrapper(self, *args, **kwargs):
+        return forward(self, *args, **kwargs)
+    return wrapper
+
+
+def then_mid(forward):
+    """The outer wrapper: after the forward, `self.mid.__call__(out)` (a bound call: no
+    slot_tp_call) from this wrapper's own frame, where the inner wrapper's was."""
+    def wrapper(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        return self.mid.__call__(out)
+    return wrapper
+
+
+class Mid(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Block()
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Decorated(nn.Module):
+    """Its forward wrapped twice: its children are called 3 frames above its
+    Module.__call__ frames: the walk at its first child keeps them, its second child is
+    checked against them. The outer wrapper then calls `mid` through its bound __call__,
+    whose frames take the inner wrapper's place: its child's frames no longer match, and
+    the walk finds `mid`."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = linear(3, 4)
+        self.body = linear(4, 4)
+        self.mid = Mid()
+
+    @then_mid
+    @passing
+    def forward(self, x):
+        return self.body(self.embed(x))
+
+
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
@@ -185,6 +229,8 @@ def build():
         return Top()
     if shape == "hook":
         return Hooked()
+    if shape == "decorated":
+        return Decorated()
     if shape in ("sub", "substep", "subfirst", "subleaf"):
         return SubModel(stored=shape == "substep", first=shape == "subfirst",
                         leaf=shape == "subleaf")
@@ -246,7 +292,7 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst", "subleaf", "nested", "hook"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "nested", "hook", "decorated"):
         sub(model, x)
         return
     model(x)

@@ -253,6 +253,7 @@ static long bound_step(__u64 index, void *ctx)
 
 struct bound_scan {
 	__u64 at;     /* the slot looked at */
+	__u64 base;   /* the value stack's first slot */
 	__u64 self;
 	__u64 slot;   /* found: where the result goes */
 	__u64 first;  /* 3.9/3.10: the call's first positional arg, 0 when it has none */
@@ -260,11 +261,17 @@ struct bound_scan {
 	__u16 func_code;
 	__u8 method_below; /* 3.11/3.12: a bound method's call result replaces the NULL below it */
 	__u8 self_alone;   /* 3.9/3.10: a vectorcall of the bound method put self in its slot */
+	__u8 null_above;   /* 3.13+: a function called plainly has a NULL in self's slot */
+	__u8 self_only;    /* 3.9/3.10, a call but CALL_FUNCTION_EX: a bound method object
+			    * called has self in its slot (self_alone), never itself */
 };
 
 /* The caller's value stack, lowest slot first: the callable of the call is either the
  * bound method (self.__call__ as an object: CALL_FUNCTION_EX) or, once the interpreter
- * unpacked it (CALL), the function with self in the slot above. */
+ * unpacked it (CALL), the function with self in the slot above; or the function called
+ * plainly with the module as its first arg (`Module.__call__(m, x)`, `m._call_impl`'s
+ * function), which 3.9-3.12 have above a NULL (LOAD_METHOD, LOAD_ATTR: the result goes
+ * to the NULL's slot) and 3.13+ below one (the NULL in self's slot, the module above). */
 static long bound_scan_step(__u64 index, void *ctx)
 {
 	struct bound_scan *c = ctx;
@@ -272,12 +279,23 @@ static long bound_scan_step(__u64 index, void *ctx)
 		return 1;
 	__u64 v = unref(rd64(c->at));
 	if (v) {
-		if (unref(rd64(c->at + 8)) == c->self &&
-		    is_call_code(rd64(v + c->func_code))) {
-			c->slot = c->at;
+		__u64 next = unref(rd64(c->at + 8)), above = next;
+		if (c->null_above && !next)
+			above = unref(rd64(c->at + 16));
+		if (above == c->self && is_call_code(rd64(v + c->func_code))) {
+			/* 3.9-3.12: a NULL below the function is its call's */
+			c->slot = c->method_below && c->at > c->base && !rd64(c->at - 8)
+					  ? c->at - 8 : c->at;
 			return 1;
 		}
-		if (rd64(v + 24) == c->self && is_call_code(rd64(rd64(v + 16) + c->func_code))) {
+		/* a bound method object called has the NULL its call pushed beside it (3.9/3.10's
+		 * CALL_METHOD and 3.11/3.12 below; 3.13+ above, or self there once a specialized
+		 * CALL patched it, the callable's slot left as it was): one in a slot the stack
+		 * has left (`list(map(m.__call__, xs))` calls it from C, at list's call) has not */
+		if (rd64(v + 24) == c->self && !c->self_only &&
+		    (c->method_below ? c->at > c->base && !rd64(c->at - 8)
+				     : !c->null_above || !next || next == c->self) &&
+		    is_call_code(rd64(rd64(v + 16) + c->func_code))) {
 			c->slot = c->method_below ? c->at - 8 : c->at;
 			return 1;
 		}
@@ -312,6 +330,17 @@ static __always_inline void bound_site_record(struct bound_thread *st, __u64 cal
 	r->flags = flags;
 	r->pad = 0;
 	bpf_ringbuf_submit(r, 0);
+}
+
+/* A bound call found whose call the scan did not find on its caller's value stack (a
+ * shape of call it does not know): not traced, said once a thread. */
+static __always_inline int bound_nosite(struct bound_thread *st, __u64 code)
+{
+	if (st && !(st->nested_said & 4)) {
+		st->nested_said |= 4;
+		bound_site_record(st, 0, 0, code, BOUND_SITE_F_NOSITE << 8);
+	}
+	return 0;
 }
 
 /* The bound call's entry: this small record, and the description of its args and
@@ -430,6 +459,7 @@ static __always_inline int bound_arm(struct bound_thread *st, __u64 Rin, __u64 C
 
 #define OP_EXTENDED_ARG_310 144
 #define OP_CALL_METHOD_310 161
+#define OP_CALL_FUNCTION_EX_310 142
 
 /* CPython 3.9/3.10: the caller C is a PyFrameObject; f_lasti is the instruction
  * running (3.9 in bytes, 3.10 in instructions), an EXTENDED_ARG's when the call has
@@ -465,11 +495,13 @@ __noinline int bound_old_site(__u64 Rin, __u64 C, __u64 self)
 	}
 	struct bound_scan c = {
 		.at = stack,
+		.base = stack,
 		.self = self,
 		.left = stacksize < BOUND_SCAN_MAX ? stacksize : BOUND_SCAN_MAX,
 		.func_code = pyo.func_code,
 		.method_below = op == OP_CALL_METHOD_310,
 		.self_alone = 1,
+		.self_only = op != OP_CALL_FUNCTION_EX_310,
 	};
 	/* the slot holding self has the call's first arg above it: another self lower on
 	 * the stack (`pair(model, step(x))`) has not */
@@ -478,7 +510,7 @@ __noinline int bound_old_site(__u64 Rin, __u64 C, __u64 self)
 		c.first = rd64(args + pyo.tuple_items);
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
 	if (!c.slot)
-		return 0;
+		return bound_nosite(st, code);
 	return bound_arm(st, Rin, C, self, code, call_at, call_at + 2, c.slot);
 }
 
@@ -538,11 +570,12 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 		.left = stacksize < BOUND_SCAN_MAX ? stacksize : BOUND_SCAN_MAX,
 		.func_code = pyo.func_code,
 		.method_below = pyo.version <= 312,
+		.null_above = pyo.version >= 313,
 	};
+	c.base = c.at;
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
 	if (!c.slot)
-		return 0;
-
+		return bound_nosite(st, code);
 	return bound_arm(st, Rin, C, self, code, call_at, next_at, c.slot);
 }
 

@@ -353,6 +353,8 @@ struct rec_bound_enter {
 #define BOUND_SITE_F_DEEP 4u /* more than BOUND_OPEN bound calls open: not traced */
 #define BOUND_SITE_F_SYNC 8u /* no site: the thread is held until the site told just before
 			      * (the outer of two nested bound calls) is armed */
+#define BOUND_SITE_F_NOSITE 16u /* a bound call whose call is not on its caller's value
+				 * stack as a known shape has it: not traced */
 struct rec_bound_site {
 	struct rec_hdr hdr;
 	__u64 call_at;

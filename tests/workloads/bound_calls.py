@@ -5,6 +5,7 @@ a child and is caught, submodules called that way inside a traced module's forwa
 ordinary calls around them. BOUND_SHAPE picks one (default: all, one call site each: see
 docs/design.md on debug registers). The model is torch's (nn.Linear, tensors) when torch
 offers it, else the stand-in's (tests/standin: nn.Module only, plain lists and floats)."""
+import functools
 import os
 
 import torch
@@ -113,6 +114,22 @@ class InnerLeaf(nn.Module):
         return self.proj.__call__(h)
 
 
+class InnerUnbound(nn.Module):
+    """Calls a block through Module.__call__ as a plain function, the block its first
+    argument (`nn.Module.__call__(self.first, h)`: no slot_tp_call, no bound method)."""
+
+    def __init__(self):
+        super().__init__()
+        self.out = linear(4, 4)
+        self.first = Block()
+
+    def forward(self, x):
+        h = self.out(x)
+        for _ in range(3):
+            h = nn.Module.__call__(self.first, h)
+        return h
+
+
 class Nested(nn.Module):
     """Its first module call is a bound one: called itself through its bound __call__,
     two bound calls are entered with no module call between them."""
@@ -212,11 +229,11 @@ class Decorated(nn.Module):
 class SubModel(nn.Module):
     """Bound calls of submodules inside a traced module's forward."""
 
-    def __init__(self, stored=False, first=False, leaf=False):
+    def __init__(self, stored=False, first=False, leaf=False, unbound=False):
         super().__init__()
         self.embed = linear(3, 4)
         self.inner = (InnerLeaf() if leaf else InnerFirst() if first else
-                      Inner(stored))
+                      InnerUnbound() if unbound else Inner(stored))
         self.head = linear(4, 2)
 
     def forward(self, x):
@@ -231,9 +248,9 @@ def build():
         return Hooked()
     if shape == "decorated":
         return Decorated()
-    if shape in ("sub", "substep", "subfirst", "subleaf"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "subunbound"):
         return SubModel(stored=shape == "substep", first=shape == "subfirst",
-                        leaf=shape == "subleaf")
+                        leaf=shape == "subleaf", unbound=shape == "subunbound")
     return Model()
 
 
@@ -272,6 +289,28 @@ def kwcall(model, x):
         step(x, scale=0.5 * i)
 
 
+def first(model, x):
+    """The process's first module call a bound one: the probe that finds its call site
+    also writes the first call's record, and both hold the thread."""
+    for _ in range(4):
+        model.__call__(x)
+
+
+def unbound(model, x):
+    """Module.__call__ called as a plain function, the model its first argument: the
+    callable on the caller's stack is the function, with a NULL beside it."""
+    for _ in range(3):
+        nn.Module.__call__(model, x)
+
+
+def mapped(model, x):
+    """The bound __call__ called from C (map's next, a functools.partial): no call
+    instruction of the caller's frame calls it, and its result goes to no slot there."""
+    for _ in range(2):
+        list(map(model.__call__, [x, x]))
+    functools.partial(nn.Module.__call__, model)(x)
+
+
 def pair(a, b):
     return b
 
@@ -292,12 +331,15 @@ def sub(model, x):
 def run(model):
     x = torch.ones(2, 3) if REAL else [1.0, 2.0, 3.0]
     shape = globals().get("SHAPE") or os.environ.get("BOUND_SHAPE", "all")
-    if shape in ("sub", "substep", "subfirst", "subleaf", "nested", "hook", "decorated"):
+    if shape in ("sub", "substep", "subfirst", "subleaf", "subunbound", "nested", "hook",
+                 "decorated"):
         sub(model, x)
         return
-    model(x)
+    if shape != "first":
+        model(x)
     for name, work in (("dunder", dunder), ("kwargs", kwargs), ("positional", positional),
-                       ("raises", raises), ("kwcall", kwcall), ("lower", lower)):
+                       ("raises", raises), ("kwcall", kwcall), ("lower", lower),
+                       ("first", first), ("unbound", unbound), ("mapped", mapped)):
         if shape in (name, "all"):
             work(model, x)
     model(x)

@@ -35,7 +35,7 @@ static struct {
 } links[BOUND_LINKS_MAX];
 static int nlinks;
 static uint32_t skip_tid; /* drop the next bound entry of this thread: its site is not watched */
-static int said_full, said_failed, said_nested, said_deep;
+static int said_full, said_failed, said_nested, said_deep, said_nosite;
 
 static struct bpf_link *watch(struct session *s, pid_t tid, uint64_t addr)
 {
@@ -96,6 +96,14 @@ void bound_site(struct session *s, const struct rec_bound_site *r)
 			warnx_("warning: thread %u has more than %d modules called through their bound "
 			       "__call__ running at once: the inner ones are not traced (see "
 			       "docs/design.md)", r->hdr.tid, BOUND_OPEN);
+		return;
+	}
+	if ((r->flags >> 8) & BOUND_SITE_F_NOSITE) {
+		if (!said_nosite++)
+			warnx_("warning: thread %u called a module through Module.__call__ from a "
+			       "call evmbpf does not find on its caller's stack: that call is not "
+			       "traced, and its module calls are written as its caller's (see "
+			       "docs/design.md)", r->hdr.tid);
 		return;
 	}
 	int slot = (int)((r->flags >> 16) & 0xff);

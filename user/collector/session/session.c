@@ -252,6 +252,7 @@ int session_step(struct session *s)
 	cudamem_session_step(s);
 	/* records that asked for no wakeup too */
 	int n = s->rb ? ring_buffer__consume(s->rb) : 0;
+	hold_continue_read(); /* the threads whose holds were read, once all their records are */
 	session_take_deferred(s, 0); /* a leaf call's enter kept back that long */
 	if (s->torch_link && __atomic_load_n(&s->ps->torch_loaded, __ATOMIC_ACQUIRE))
 		session_torch_loaded(s, NULL); /* mapped, and its record was dropped */

@@ -46,6 +46,7 @@ static struct thread {
 	unsigned born : 1, interrupting : 1;
 	unsigned exec : 1;   /* held in its exec's stop (HOLD_EXECS): hold_resume's alone */
 	unsigned listen : 1; /* held in a group-stop (its user's): left in it, not continued */
+	unsigned read : 1;   /* held, its record read: continued once the ring is drained */
 } *threads;
 static size_t nthreads, cap;
 static struct leader {
@@ -157,7 +158,7 @@ static void cont(struct thread *t)
 	int sig = t->sig, listen = t->listen;
 	t->state = T_RUNNING;
 	t->sig = 0;
-	t->born = t->interrupting = t->listen = t->exec = 0;
+	t->born = t->interrupting = t->listen = t->exec = t->read = 0;
 	if (listen)
 		ptrace(PTRACE_LISTEN, t->tid, 0, 0); /* stopped as its user left it */
 	else
@@ -543,7 +544,15 @@ void hold_continue_thread(pid_t tid)
 {
 	struct thread *t = thread_of(tid);
 	if (t && t->state == T_HELD && !t->born && !t->exec)
-		cont(t);
+		t->read = 1;
+}
+
+void hold_continue_read(void)
+{
+	for (size_t i = 0; i < nthreads; i++)
+		if (threads[i].read && threads[i].state == T_HELD && !threads[i].born &&
+		    !threads[i].exec)
+			cont(&threads[i]);
 }
 
 void hold_resume(pid_t pid)

@@ -46,9 +46,14 @@ void hold_pump(void);
  * once the ring buffer is drained after hold_pump, every held thread's records are read,
  * and a hold whose record was lost (a full ring) ends there too. */
 void hold_continue(pid_t pid);
-/* Continue tid from its hold, once its record is read (another thread of its process,
- * held too, waits for its own record). */
+/* tid's record is read: it leaves its hold at the next hold_continue_read (another
+ * thread of its process, held too, waits for its own record). Not at once: one probe
+ * can write several records that hold (a bound call's site and the first call's model),
+ * and its thread stops once for all of them; each is read in that one stop, so the
+ * thread runs on once the ring buffer is drained, its probe's records all read. */
 void hold_continue_thread(pid_t tid);
+/* Continue each thread hold_continue_thread marked (called once the ring is drained). */
+void hold_continue_read(void);
 /* hold_continue, and a process seized at its birth leaves its first stop (now, or as
  * soon as that stop is reported), and one held at its exec leaves that stop. */
 void hold_resume(pid_t pid);

@@ -179,6 +179,22 @@ def test_called_from_c_said(evmbpf, where, tmp_path):
                 e.get("output", {}).get("type") == "function"]
 
 
+@pytest.mark.parametrize("where", full("host", "bullseye", "trixie", "sid", "pyenv3.10",
+                                      "pyenv3.12", default=("host", "trixie", "sid")))
+def test_call_overridden(evmbpf, where, tmp_path):
+    """A module class with a __call__ of its own: one that calls Module.__call__
+    (`super().__call__(x)`, `self._call_impl(x)`) is a module call once, and one that does
+    not (`self.forward(x)`) is none (torch runs none of its hooks): its slot_tp_call is
+    seen, and not written. (Before, evmbpf wrote a call of it that the reference has not,
+    and its child one level deeper.)"""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS, "call_override.py"),
+                                     "launch", tmp_path)
+    assert not [e for e in got if e.get("module") == "bypass"], err
+    assert sum(e["event"] == "enter" and e["module"] == "bypass.lin" for e in got) == 3
+    assert sum(e["event"] == "enter" and e["module"] == "typed" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
 @pytest.mark.debug_registers
 def test_host_nested_refused(evmbpf, tmp_path):
     """Two bound calls entered with no module call between them (`self.inner.__call__(h)`

@@ -16,8 +16,10 @@
 #include "procstate.h"
 #include "util.h"
 
-/* A function's code names `__call__` (co_names: a `.__call__` attribute load). */
-static int code_names_call(const struct pyreader *r, uint64_t func)
+/* A function's code names one of want (co_names: an attribute or global loaded), its
+ * own name one of own when own is given (co_name); 0 when func is not a function. */
+static int code_names(const struct pyreader *r, uint64_t func, const char *const *want,
+		      const char *const *own)
 {
 	char tname[16];
 	if (!func || py_type_name(r, py_type(r, func), tname, sizeof(tname)) ||
@@ -31,18 +33,33 @@ static int code_names_call(const struct pyreader *r, uint64_t func)
 	if (err || !names || py_type_name(r, py_type(r, names), tname, sizeof(tname)) ||
 	    strcmp(tname, "tuple"))
 		return 0;
+	char name[32];
+	for (int k = 0; own && own[k]; k++)
+		if (py_str(r, pm_u64(r, code + r->off->co_name, &err), name, sizeof(name)) >= 0 &&
+		    !err && !strcmp(name, own[k]))
+			return 1;
 	int64_t n = (int64_t)pm_u64(r, names + 16, &err);
 	for (int64_t i = 0; !err && i < n && i < 4096; i++) {
-		char name[16];
 		uint64_t item = pm_u64(r, names + r->off->tuple_items + 8 * (uint64_t)i, &err);
-		if (!err && py_str(r, item, name, sizeof(name)) >= 0 && !strcmp(name, "__call__"))
-			return 1;
+		if (err || py_str(r, item, name, sizeof(name)) < 0)
+			continue;
+		for (int k = 0; want[k]; k++)
+			if (!strcmp(name, want[k]))
+				return 1;
 	}
 	return 0;
 }
 
-/* The forward type(obj) runs: the first class of its MRO whose __dict__ has one. */
-static uint64_t type_forward(const struct pyreader *r, uint64_t type)
+static const char *const call_names[] = { "__call__", NULL };
+
+/* A function's code names `__call__` (co_names: a `.__call__` attribute load). */
+static int code_names_call(const struct pyreader *r, uint64_t func)
+{
+	return code_names(r, func, call_names, NULL);
+}
+
+/* What type(obj).name is: the first class of its MRO whose __dict__ has it. */
+static uint64_t type_lookup(const struct pyreader *r, uint64_t type, const char *name)
 {
 	int err = 0;
 	uint64_t mro = pm_u64(r, type + r->off->tp_mro, &err);
@@ -50,11 +67,58 @@ static uint64_t type_forward(const struct pyreader *r, uint64_t type)
 	for (int64_t i = 0; !err && i < n && i < 64; i++) {
 		uint64_t base = pm_u64(r, mro + r->off->tuple_items + 8 * (uint64_t)i, &err);
 		uint64_t dict = err ? 0 : pm_u64(r, base + r->off->tp_dict, &err);
-		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, "forward");
+		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, name);
 		if (f)
 			return f;
 	}
 	return 0;
+}
+
+static uint64_t type_forward(const struct pyreader *r, uint64_t type)
+{
+	return type_lookup(r, type, "forward");
+}
+
+/* Module.__call__'s own functions (torch 1.x _call_impl, 2.x _wrapped_call_impl around
+ * it), and the names a __call__ that runs them loads (`super().__call__(x)`,
+ * `self._call_impl(x)`) */
+static const char *const module_call[] = { "_call_impl", "_wrapped_call_impl", NULL };
+static const char *const runs_module_call[] = { "__call__", "_call_impl",
+						"_wrapped_call_impl", NULL };
+
+void bound_bypass(const struct pyreader *r, struct modtree *m, uint64_t root)
+{
+	uint64_t seen[256]; /* this process's types judged (another's may be at their address) */
+	int nseen = 0;
+	static int said;
+	for (size_t i = 0; i < m->cap; i++) {
+		struct mod_entry *e = &m->slots[i];
+		uint64_t type = e->obj && e->obj != root ? py_type(r, e->obj) : 0;
+		int known = !type;
+		for (int k = 0; k < nseen && !known; k++)
+			known = seen[k] == type;
+		if (known)
+			continue;
+		uint64_t call = type_lookup(r, type, "__call__");
+		char tname[16];
+		/* a Python function of its own that neither is Module.__call__'s nor names it */
+		if (!call || py_type_name(r, py_type(r, call), tname, sizeof(tname)) ||
+		    strcmp(tname, "function") || code_names(r, call, runs_module_call, module_call)) {
+			if (nseen < (int)(sizeof(seen) / sizeof(seen[0])))
+				seen[nseen++] = type; /* a type judged so once */
+			continue;
+		}
+		for (size_t j = 0; j < m->cap; j++)
+			if (m->slots[j].obj && m->slots[j].obj != root &&
+			    py_type(r, m->slots[j].obj) == type)
+				m->slots[j].traced = 0;
+		if (nseen < (int)(sizeof(seen) / sizeof(seen[0])))
+			seen[nseen++] = type;
+		if (!said++)
+			debugx("%s (%s) runs a __call__ of its own that does not call "
+			       "Module.__call__: torch runs none of its hooks, and its calls are not "
+			       "written, as the in-process tracer writes none", e->path, e->type_name);
+	}
 }
 
 struct hook_scan {

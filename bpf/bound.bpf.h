@@ -192,6 +192,17 @@ __noinline __u64 frame_module(__u64 frame)
 	return self;
 }
 
+/* A Module.__call__ frame's args or kwargs (its local at off): through a cell when a
+ * closure captures it, as frame_module reads self (torch 2's _call_impl, the outermost
+ * frame when it is called itself: `nn.Module._call_impl(model, x)`). */
+static __always_inline __u64 bound_local(__u64 frame, __u32 off, __u64 kind)
+{
+	__u64 v = unref(rd64(frame + pyo.iframe_localsplus + off));
+	if (v && !(rd64(rd64(v + 8) + pyo.tp_flags) & kind))
+		v = rd64(v + 16);
+	return v;
+}
+
 #define WALK_OPEN 1   /* reached an open bound call's frame: inside it */
 #define WALK_PARENT 2 /* reached a Module.__call__ frame of the innermost recorded call */
 
@@ -778,8 +789,8 @@ static __always_inline int check_bound_walk(__u64 parent, __u64 known, __u64 sp,
 		if (!st)
 			return 0;
 	}
-	st->args = unref(rd64(R + pyo.iframe_localsplus + 8));
-	st->kwargs = unref(rd64(R + pyo.iframe_localsplus + 16));
+	st->args = bound_local(R, 8, TPF_TUPLE);
+	st->kwargs = bound_local(R, 16, TPF_DICT);
 	st->outer = w.ngroups > 1;
 	/* the caller; a call entered from C (CALL_FUNCTION_EX) has a fresh C-level eval:
 	 * 3.11 marks the frame is_entry, 3.12+ put an entry shim frame between */

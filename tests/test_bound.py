@@ -137,15 +137,18 @@ def test_first_call_bound_pid(evmbpf, tmp_path):
 
 @pytest.mark.debug_registers
 @pytest.mark.parametrize("where,shape", full(
-        *[(w, s) for w in PLAIN_CELLS for s in ("unbound", "subunbound")],
+        *[(w, s) for w in PLAIN_CELLS for s in ("unbound", "subunbound", "callimpl")],
         default=(("host", "unbound"), ("host", "subunbound"), ("bullseye", "unbound"),
-                 ("trixie", "unbound"), ("trixie", "subunbound"), ("pyenv3.10", "unbound"))))
+                 ("trixie", "unbound"), ("trixie", "subunbound"), ("pyenv3.10", "unbound"),
+                 ("sid", "callimpl"))))
 def test_plain_function_call(evmbpf, where, shape, tmp_path):
     """`nn.Module.__call__(model, x)`: Module.__call__ called as a plain function, the
     module its first argument, at the top level and inside a forward. The caller's stack
     holds the function with a NULL beside it (3.9-3.12 below it, where the result goes;
     3.13+ above it, in self's slot). Before, 3.9-3.12 read the result from the
-    function's slot (`output: {"type": "function"}`) and 3.13+ did not find the site."""
+    function's slot (`output: {"type": "function"}`) and 3.13+ did not find the site.
+    `nn.Module._call_impl(model, x)`: torch 2's _call_impl, the outermost frame, keeps its
+    args in a cell (before, its enter's args were written as [])."""
     ref, got, err, target = run_cell(where, workload(shape), "launch", tmp_path)
     outputs = [e["output"] for e in got if e["event"] == "exit" and
                e["module"] in ("<root>", "inner.first")]

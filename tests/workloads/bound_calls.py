@@ -303,6 +303,13 @@ def unbound(model, x):
         nn.Module.__call__(model, x)
 
 
+def callimpl(model, x):
+    """Module._call_impl called as a plain function: torch 2's keeps self, args and
+    kwargs in cells (a closure captures them), and it is the outermost frame here."""
+    for _ in range(3):
+        nn.Module._call_impl(model, x)
+
+
 def mapped(model, x):
     """The bound __call__ called from C (map's next, a functools.partial): no call
     instruction of the caller's frame calls it, and its result goes to no slot there."""
@@ -339,7 +346,8 @@ def run(model):
         model(x)
     for name, work in (("dunder", dunder), ("kwargs", kwargs), ("positional", positional),
                        ("raises", raises), ("kwcall", kwcall), ("lower", lower),
-                       ("first", first), ("unbound", unbound), ("mapped", mapped)):
+                       ("first", first), ("unbound", unbound), ("callimpl", callimpl),
+                       ("mapped", mapped)):
         if shape in (name, "all"):
             work(model, x)
     model(x)

@@ -343,15 +343,21 @@ static __always_inline void bound_site_record(struct bound_thread *st, __u64 cal
 	bpf_ringbuf_submit(r, 0);
 }
 
-/* A bound call found whose call the scan did not find on its caller's value stack (a
- * shape of call it does not know): not traced, said once a thread. */
-static __always_inline int bound_nosite(struct bound_thread *st, __u64 code)
+/* What a thread's bound calls cannot be, said once a thread (bit: which, in
+ * nested_said): a tail call to bound_outer that failed (1), a bound call whose call the
+ * scan did not find on its caller's value stack, a shape of call it does not know (4). */
+static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
 {
-	if (st && !(st->nested_said & 4)) {
-		st->nested_said |= 4;
-		bound_site_record(st, 0, 0, code, BOUND_SITE_F_NOSITE << 8);
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
+	if (!st) {
+		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
+		st = bpf_map_lookup_elem(&bound_threads, &tid);
 	}
-	return 0;
+	if (!st || (st->nested_said & bit))
+		return;
+	st->nested_said |= bit;
+	bound_site_record(st, 0, 0, code, flag << 8);
 }
 
 /* The bound call's entry: this small record, and the description of its args and
@@ -520,8 +526,10 @@ __noinline int bound_old_site(__u64 Rin, __u64 C, __u64 self)
 	if (args && (__s64)rd64(args + 16) > 0)
 		c.first = rd64(args + pyo.tuple_items);
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
-	if (!c.slot)
-		return bound_nosite(st, code);
+	if (!c.slot) {
+		bound_said(code, 4, BOUND_SITE_F_NOSITE); /* not traced */
+		return 0;
+	}
 	return bound_arm(st, Rin, C, self, code, call_at, call_at + 2, c.slot);
 }
 
@@ -585,8 +593,10 @@ __noinline int bound_new_site(__u64 R, __u64 Rin, __u64 C, __u64 self)
 	};
 	c.base = c.at;
 	bpf_loop(BOUND_SCAN_MAX, bound_scan_step, &c, 0);
-	if (!c.slot)
-		return bound_nosite(st, code);
+	if (!c.slot) {
+		bound_said(code, 4, BOUND_SITE_F_NOSITE); /* not traced */
+		return 0;
+	}
 	return bound_arm(st, Rin, C, self, code, call_at, next_at, c.slot);
 }
 
@@ -643,20 +653,6 @@ static __always_inline void bound_depth_learn(__u64 d)
 			ps->bound_depth[i] = (__u32)d;
 			return;
 		}
-}
-
-static __always_inline void bound_said(__u64 code, __u8 bit, __u32 flag)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct bound_thread *st = bpf_map_lookup_elem(&bound_threads, &tid);
-	if (!st) {
-		bpf_map_update_elem(&bound_threads, &tid, (void *)&bound_zero, BPF_NOEXIST);
-		st = bpf_map_lookup_elem(&bound_threads, &tid);
-	}
-	if (!st || (st->nested_said & bit))
-		return;
-	st->nested_said |= bit;
-	bound_site_record(st, 0, 0, code, flag << 8);
 }
 
 /* A parent whose forward is wrapped (transformers' decorators: LlamaModel.forward has

@@ -36,9 +36,10 @@ static int code_names(const struct pyreader *r, uint64_t func, const char *const
 	char name[32];
 	int name_err = 0;
 	uint64_t co_name = own ? pm_u64(r, code + r->off->co_name, &name_err) : 0;
-	for (int k = 0; own && !name_err && own[k]; k++)
-		if (py_str(r, co_name, name, sizeof(name)) >= 0 && !strcmp(name, own[k]))
-			return 1;
+	if (own && !name_err && py_str(r, co_name, name, sizeof(name)) >= 0)
+		for (int k = 0; own[k]; k++)
+			if (!strcmp(name, own[k]))
+				return 1;
 	int64_t n = (int64_t)pm_u64(r, names + 16, &err);
 	for (int64_t i = 0; !err && i < n && i < 4096; i++) {
 		uint64_t item = pm_u64(r, names + r->off->tuple_items + 8 * (uint64_t)i, &err);
@@ -86,51 +87,6 @@ static uint64_t type_forward(const struct pyreader *r, uint64_t type)
 static const char *const module_call[] = { "_call_impl", "_wrapped_call_impl", NULL };
 static const char *const runs_module_call[] = { "__call__", "_call_impl",
 						"_wrapped_call_impl", NULL };
-
-/* At most this many classes of a tree are judged (each an MRO walk of dict look-ups in
- * the target's memory): a tree of many classes costs no more */
-#define BYPASS_TYPES 512
-
-void bound_bypass(const struct pyreader *r, struct modtree *m, uint64_t root)
-{
-	uint64_t judged[BYPASS_TYPES]; /* this process's classes (another's may be there) */
-	uint8_t bypass[BYPASS_TYPES];
-	int n = 0;
-	static int said, said_many;
-	for (size_t i = 0; i < m->cap; i++) {
-		struct mod_entry *e = &m->slots[i];
-		uint64_t type = e->obj && e->obj != root ? py_type(r, e->obj) : 0;
-		if (!type)
-			continue;
-		int k = 0;
-		while (k < n && judged[k] != type)
-			k++;
-		if (k == n) {
-			if (n == BYPASS_TYPES) {
-				if (!said_many++)
-					debugx("more than %d module classes: the others' __call__ is not "
-					       "looked at", BYPASS_TYPES);
-				continue;
-			}
-			/* a Python function of its own that neither is Module.__call__'s nor
-			 * names it */
-			uint64_t call = type_lookup(r, type, "__call__");
-			char tname[16];
-			judged[n] = type;
-			bypass[n] = call && !py_type_name(r, py_type(r, call), tname, sizeof(tname)) &&
-				    !strcmp(tname, "function") &&
-				    !code_names(r, call, runs_module_call, module_call);
-			n++;
-			if (bypass[k] && !said++)
-				debugx("%s (%s) runs a __call__ of its own that does not call "
-				       "Module.__call__: torch runs none of its hooks, and its calls "
-				       "are not written, as the in-process tracer writes none",
-				       e->path, e->type_name);
-		}
-		if (bypass[k])
-			e->traced = 0;
-	}
-}
 
 struct hook_scan {
 	const struct pyreader *r;
@@ -180,30 +136,60 @@ static void bound_hooks(const struct pyreader *r, const struct modtree *m)
 	}
 }
 
-void bound_forwards(const struct pyreader *r, const struct modtree *m)
+/* At most this many classes of a tree are judged (each an MRO walk of dict look-ups in
+ * the target's memory): a tree of many classes costs no more; the forwards of the first
+ * FORWARD_CLASSES of them are looked at */
+#define TREE_CLASSES 512
+#define FORWARD_CLASSES 256
+
+void bound_classes(const struct pyreader *r, struct modtree *m, uint64_t root)
 {
-	uint64_t seen[256]; /* this process's classes (another's may be at their address) */
-	int nseen = 0;
-	static int said;
+	uint64_t judged[TREE_CLASSES]; /* this process's classes (another's may be there) */
+	uint8_t bypass[TREE_CLASSES];
+	int n = 0;
+	static int said_forward, said_bypass, said_many;
 	bound_hooks(r, m);
-	for (size_t i = 0; !said && i < m->cap; i++) {
-		const struct mod_entry *e = &m->slots[i];
+	for (size_t i = 0; i < m->cap; i++) {
+		struct mod_entry *e = &m->slots[i];
 		uint64_t type = e->obj ? py_type(r, e->obj) : 0;
-		int known = !type;
-		for (int k = 0; k < nseen && !known; k++)
-			known = seen[k] == type;
-		if (known)
+		if (!type)
 			continue;
-		if (nseen == (int)(sizeof(seen) / sizeof(seen[0])))
-			break; /* as many classes judged as kept: the others are not looked at */
-		seen[nseen++] = type;
-		if (!code_names_call(r, type_forward(r, type)))
-			continue;
-		said = 1;
-		warnx_("warning: %s.forward (%s) calls modules through their bound __call__ "
-		       "(`m.__call__(x)`): such a call is traced from its first module call on; "
-		       "one that makes none (a module without submodules, such as nn.Linear) or "
-		       "raises before it is not seen (see docs/design.md)", e->type_name, e->path);
+		int k = 0;
+		while (k < n && judged[k] != type)
+			k++;
+		if (k == n) {
+			if (n == TREE_CLASSES) {
+				if (!said_many++)
+					debugx("more than %d module classes: the others' __call__ and forward "
+					       "are not looked at", TREE_CLASSES);
+				continue;
+			}
+			/* a __call__ of its own: a Python function that neither is Module.__call__'s
+			 * nor names it */
+			uint64_t call = type_lookup(r, type, "__call__");
+			char tname[16];
+			judged[n] = type;
+			bypass[n] = call && !py_type_name(r, py_type(r, call), tname, sizeof(tname)) &&
+				    !strcmp(tname, "function") &&
+				    !code_names(r, call, runs_module_call, module_call);
+			n++;
+			if (bypass[k] && !said_bypass++)
+				debugx("%s (%s) runs a __call__ of its own that does not call "
+				       "Module.__call__: torch runs none of its hooks, and its calls "
+				       "are not written, as the in-process tracer writes none",
+				       e->path, e->type_name);
+			if (!said_forward && n <= FORWARD_CLASSES &&
+			    code_names_call(r, type_forward(r, type))) {
+				said_forward = 1;
+				warnx_("warning: %s.forward (%s) calls modules through their bound "
+				       "__call__ (`m.__call__(x)`): such a call is traced from its first "
+				       "module call on; one that makes none (a module without submodules, "
+				       "such as nn.Linear) or raises before it is not seen (see "
+				       "docs/design.md)", e->type_name, e->path);
+			}
+		}
+		if (bypass[k] && e->obj != root)
+			e->traced = 0;
 	}
 }
 

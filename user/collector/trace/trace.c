@@ -68,10 +68,9 @@ static int set_root(struct trace *t, uint64_t self)
 		       t->target->pid, t->mods.cut, n);
 	}
 	t->root = self;
-	bound_forwards(&t->target->reader, &t->mods);
 	if (t->pattern)
 		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
-	bound_bypass(&t->target->reader, &t->mods, self);
+	bound_classes(&t->target->reader, &t->mods, self);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
 		if (t->mods.slots[i].obj)

@@ -148,7 +148,7 @@ static __always_inline int cudamem_mark(__u32 flags)
 }
 
 /* A global function: verified once, apart from call_enter. */
-__noinline int cudamem_emit(void)
+__noinline int cudamem_emit_now(void)
 {
 	struct proc_state *ps = ps_cur();
 	__u32 n = ps->cuda_ndev;
@@ -197,6 +197,15 @@ __noinline int cudamem_emit(void)
 	if (ps_output(ps, &r, sizeof(r), BPF_RB_NO_WAKEUP))
 		__sync_fetch_and_add(&ps->dropped_records, 1);
 	return 0;
+}
+
+/* At each module call: a process with no device found and no CUDA init to mark (every
+ * CPU-only process) pays two loads here, not a call (markers.bpf.h: active_marker) */
+static __always_inline void cudamem_emit(void)
+{
+	struct proc_state *ps = ps_cur();
+	if (ps->cuda_ndev || ps->cuda_init_armed)
+		cudamem_emit_now();
 }
 
 #endif /* EVMBPF_CUDAMEM_BPF_H */

@@ -110,7 +110,7 @@ static long describe_step(__u32 idx, void *ctx)
 		return 0;
 	}
 	n->type = type;
-	__u8 kind = classify_type(type);
+	__u8 kind = classify_type_fast(type);
 	switch (kind) {
 	case T_BOOL:
 	case T_INT:

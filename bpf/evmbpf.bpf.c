@@ -114,7 +114,7 @@ int BPF_KPROBE(call_enter, void *self, void *args, void *kwargs)
 	readcount_what_now(RC_W_SELF);
 	__u64 type = rd64((__u64)self + 8);
 	readcount_what_now(0);
-	if (!type || classify_type(type) != T_MODULE)
+	if (!type || classify_type_fast(type) != T_MODULE)
 		return 0;
 	ABLATE_RETURN(ABL_AFTER_TYPE, 0);
 	__u64 sp = PT_REGS_SP(ctx);

@@ -119,9 +119,17 @@ static __always_inline __u64 active_marker_walk(void)
 }
 
 /* Global (split.bpf.h): verified once, not in each state of each caller. */
-__noinline __u64 active_marker(void)
+__noinline __u64 active_marker_list(void)
 {
 	return active_marker_walk();
+}
+
+/* The innermost active marker, 0 when none. A process with no marker alive (most: no
+ * phase is open) pays one load here, not a call: each call and return of a program's
+ * function costs 10-20 ns on a guest whose returns go through a mitigation's thunk. */
+static __always_inline __u64 active_marker(void)
+{
+	return ps_cur()->markers_live ? active_marker_list() : 0;
 }
 
 /* Is this code object's file evalmetry/debug.py (the host's markers and note_samples)? */

@@ -109,10 +109,18 @@ static __always_inline void check_orphans_walk(void)
 }
 
 /* Global (split.bpf.h): verified once, not in each of call_enter's paths. */
-__noinline int check_orphans(void)
+__noinline int check_orphans_list(void)
 {
 	check_orphans_walk();
 	return 0;
+}
+
+/* At each module call: the walk's own test first, inline (markers.bpf.h: active_marker) */
+static __always_inline void check_orphans(void)
+{
+	struct proc_state *ps = ps_cur();
+	if (ps->orphans_pending && ps->cfg.runtime)
+		check_orphans_list();
 }
 
 #endif /* EVMBPF_ORPHANS_BPF_H */

@@ -195,7 +195,31 @@ def test_call_overridden(evmbpf, where, tmp_path):
     assert not [e for e in got if e.get("module") == "bypass"], err
     assert sum(e["event"] == "enter" and e["module"] == "bypass.lin" for e in got) == 3
     assert sum(e["event"] == "enter" and e["module"] == "typed" for e in got) == 3
+    assert "pre-hooks" not in err, err
     compare_traces(ref, got, kwargs=target.kwargs)
+
+
+@pytest.mark.parametrize("where", ["host", "sid"])
+def test_forward_pre_hooks_said(evmbpf, where, tmp_path):
+    """A module's forward pre-hooks of the process's own run after evmbpf sees the call
+    and before the in-process tracer's enter: args a hook replaces are written as the
+    call received them. Said once, naming the first hooked module and its hook, and how
+    many more modules have some; the calls no hook changes are written as the reference's."""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS, "prehook.py"),
+                                     "launch", tmp_path)
+    said = [line for line in err.splitlines() if "forward pre-hooks of the process's own" in line]
+    assert len(said) == 1, err
+    assert "act (ReLU)" in said[0] and "unchanged" in said[0], said
+    assert "1 more module has some" in said[0], said
+
+    def head_enters(events):
+        return [e for e in events if e.get("event") == "enter" and e.get("module") == "head"]
+
+    # the difference said: head's args as received, where the reference writes the hook's
+    assert [e["args"][0]["shape"] for e in head_enters(ref)] == [[1, 2, 4]] * 3
+    assert [e["args"][0]["shape"] for e in head_enters(got)] == [[2, 4]] * 3
+    compare_traces([e for e in ref if e not in head_enters(ref)],
+                   [e for e in got if e not in head_enters(got)], kwargs=target.kwargs)
 
 
 @pytest.mark.debug_registers

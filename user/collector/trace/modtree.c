@@ -46,7 +46,7 @@ static struct mod_entry *insert(struct modtree *t, uint64_t obj)
 		i = (i + 1) & (t->cap - 1);
 	}
 	t->slots[i].obj = obj;
-	t->count++;
+	t->slots[i].order = t->count++;
 	return &t->slots[i];
 }
 

@@ -10,6 +10,7 @@ struct mod_entry {
 	char *path;      /* "<root>" for the root */
 	char *type_name; /* type(module).__name__ */
 	int traced;      /* matches --modules (or no pattern) */
+	size_t order;    /* its place in named_modules() (the root's 0) */
 };
 
 struct modtree {

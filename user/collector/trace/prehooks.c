@@ -1,0 +1,90 @@
+/* A model's forward pre-hooks of the target's own, said. A module call is seen where it
+ * begins (slot_tp_call), before Module.__call__ runs the module's forward pre-hooks; the
+ * in-process tracer's own pre-hook, registered after the target's, writes its enter after
+ * them. So a module that such a hook calls is written inside the hooked module's call (the
+ * in-process tracer writes it before the enter, one level up), and args a hook replaces
+ * are written as the call received them (the in-process tracer writes what the hook
+ * returned). Most hooks (weight_norm's, pruning's, a sharding library's parameter
+ * gathering) do neither, and telling them apart needs their code run: the trace is not
+ * changed, it is said. */
+#include "prehooks.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+struct first_hook {
+	const struct pyreader *r;
+	char name[96];
+};
+
+/* What a code object is called (co_qualname from 3.11, co_name before) */
+static int code_name(const struct pyreader *r, uint64_t func, char *dst, size_t cap)
+{
+	int err = 0;
+	uint64_t code = pm_u64(r, func + r->off->func_code, &err);
+	uint64_t name = err ? 0 : pm_u64(r, code + (r->off->version >= 311 ? r->off->co_qualname
+								 : r->off->co_name), &err);
+	return err || !name ? -1 : py_str(r, name, dst, cap);
+}
+
+/* The first hook named: a function's or a bound method's qualified name, else its type's
+ * name (a callable object such as weight_norm's WeightNorm, a functools.partial) */
+static int name_first(void *arg, uint64_t key, uint64_t value)
+{
+	struct first_hook *h = arg;
+	char tname[48];
+	(void)key;
+	if (!value || py_type_name(h->r, py_type(h->r, value), tname, sizeof(tname))) {
+		snprintf(h->name, sizeof(h->name), "?");
+		return 1;
+	}
+	int err = 0;
+	uint64_t func = !strcmp(tname, "function") ? value
+		      : !strcmp(tname, "method") ? pm_u64(h->r, value + 16, &err) : 0;
+	if (err || !func || code_name(h->r, func, h->name, sizeof(h->name)) < 0)
+		snprintf(h->name, sizeof(h->name), "%s", tname);
+	return 1;
+}
+
+void prehooks_said(const struct pyreader *r, const struct modtree *m)
+{
+	static int said;
+	if (said)
+		return;
+	const struct mod_entry *first = NULL;
+	struct first_hook h = { .r = r };
+	size_t looked = 0, with = 0, i;
+	for (i = 0; i < m->cap && looked < PREHOOK_MODULES; i++) {
+		const struct mod_entry *e = &m->slots[i];
+		if (!e->obj || !e->traced)
+			continue;
+		looked++;
+		uint64_t hooks = py_instance_attr(r, e->obj, "_forward_pre_hooks");
+		struct first_hook one = { .r = r };
+		/* a dict of at least one item (name_first stops at the first) */
+		if (!hooks || py_dict_items(r, hooks, name_first, &one) < 0 || !one.name[0])
+			continue;
+		if (!with++ || e->order < first->order) { /* the first in named_modules() */
+			first = e;
+			h = one;
+		}
+	}
+	if (i < m->cap)
+		debugx("forward pre-hooks looked for in the first %d modules of the tree only",
+		       PREHOOK_MODULES);
+	if (!first)
+		return;
+	said = 1;
+	char more[64] = "";
+	if (with > 1)
+		snprintf(more, sizeof(more), ", and %zu more module%s", with - 1,
+			 with > 2 ? "s have some" : " has some");
+	warnx_("warning: %s (%s) has forward pre-hooks of the process's own (the first: %s)%s: "
+	       "evmbpf sees a module call before its pre-hooks run, so a module such a hook "
+	       "calls is written inside %s's call, and args a hook replaces are written as "
+	       "the call received them; the in-process tracer writes both after the hooks "
+	       "(see docs/tracing.md)", first->path, first->type_name, h.name, more,
+	       first->path);
+}

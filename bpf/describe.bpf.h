@@ -170,7 +170,7 @@ static __always_inline struct scratch *begin(__u32 kind, __u64 self, __u64 sp)
 	struct scratch *s = bpf_map_lookup_elem(&scratch_map, &zero);
 	if (!s)
 		return NULL;
-	__u64 id = bpf_get_current_pid_tgid();
+	__u64 id = cur_pid_tgid(); /* every program that begins a record began with ps_enter */
 	struct rec_call *r = (void *)s->buf;
 	r->hdr.kind = kind;
 	r->hdr.pid = id >> 32;

@@ -58,6 +58,7 @@ struct {
 #define CUR_CPUS 1024
 __u32 cur_slot[CUR_CPUS] = {};
 __u32 cur_tgid[CUR_CPUS] = {};
+__u64 cur_id[CUR_CPUS] = {}; /* the task's pid_tgid, as ps_enter read it */
 
 /* Each process's own ring buffer (user space makes it and puts it at the process's
  * slot): one busy process cannot make another's records drop. */
@@ -100,7 +101,16 @@ static __always_inline struct proc_state *ps_slot(__u32 tgid)
 /* At the top of each program: the current process's state, NULL when it has none. */
 static __always_inline struct proc_state *ps_enter(void)
 {
-	return ps_slot(bpf_get_current_pid_tgid() >> 32);
+	__u64 id = bpf_get_current_pid_tgid();
+	cur_id[bpf_get_smp_processor_id() & (CUR_CPUS - 1)] = id;
+	return ps_slot(id >> 32);
+}
+
+/* Below the top: the current task's pid_tgid, as ps_enter read it (a helper's call and
+ * return cost 10-20 ns on some guests: docs/design.md, *Calls this guest charges for*) */
+static __always_inline __u64 cur_pid_tgid(void)
+{
+	return cur_id[bpf_get_smp_processor_id() & (CUR_CPUS - 1)];
 }
 
 /* Below the top: the state ps_enter found (never NULL; slot 0 when none). No branch:

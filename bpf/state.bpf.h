@@ -56,9 +56,7 @@ struct {
  * voluntary) that keeps others off the CPU; under preempt=full or lazy it does not, which
  * is not guarded yet (docs/design.md). Indexed by CPU, masked. */
 #define CUR_CPUS 1024
-__u32 cur_slot[CUR_CPUS] = {};
-__u32 cur_tgid[CUR_CPUS] = {};
-__u64 cur_id[CUR_CPUS] = {}; /* the task's pid_tgid, as ps_enter read it */
+struct cpu_cur cur[CUR_CPUS] = {}; /* include/procslot.h */
 
 /* Each process's own ring buffer (user space makes it and puts it at the process's
  * slot): one busy process cannot make another's records drop. */
@@ -76,12 +74,12 @@ struct {
 static __always_inline __u32 ps_find(__u32 tgid)
 {
 	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
-	cur_tgid[cpu] = tgid;
-	__u32 *slot = bpf_map_lookup_elem(&proc_slot, &cur_tgid[cpu]); /* the key: no stack */
+	cur[cpu].tgid = tgid;
+	__u32 *slot = bpf_map_lookup_elem(&proc_slot, &cur[cpu].tgid); /* the key: no stack */
 	__u32 idx = slot ? *slot & (PROC_SLOTS - 1) : 0;
 	if (procs[idx].tgid != tgid)
 		idx = 0;
-	cur_slot[cpu] = idx;
+	cur[cpu].slot = idx;
 	return idx;
 }
 
@@ -92,7 +90,7 @@ static __always_inline __u32 ps_find(__u32 tgid)
 static __always_inline struct proc_state *ps_slot(__u32 tgid)
 {
 	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
-	__u32 idx = cur_slot[cpu] & (PROC_SLOTS - 1);
+	__u32 idx = cur[cpu].slot & (PROC_SLOTS - 1);
 	if (!idx || procs[idx].tgid != tgid)
 		idx = ps_find(tgid);
 	return idx ? &procs[idx & (PROC_SLOTS - 1)] : NULL;
@@ -102,7 +100,7 @@ static __always_inline struct proc_state *ps_slot(__u32 tgid)
 static __always_inline struct proc_state *ps_enter(void)
 {
 	__u64 id = bpf_get_current_pid_tgid();
-	cur_id[bpf_get_smp_processor_id() & (CUR_CPUS - 1)] = id;
+	cur[bpf_get_smp_processor_id() & (CUR_CPUS - 1)].id = id;
 	return ps_slot(id >> 32);
 }
 
@@ -110,7 +108,7 @@ static __always_inline struct proc_state *ps_enter(void)
  * return cost 10-20 ns on some guests: docs/design.md, *Calls this guest charges for*) */
 static __always_inline __u64 cur_pid_tgid(void)
 {
-	return cur_id[bpf_get_smp_processor_id() & (CUR_CPUS - 1)];
+	return cur[bpf_get_smp_processor_id() & (CUR_CPUS - 1)].id;
 }
 
 /* Below the top: the state ps_enter found (never NULL; slot 0 when none). No branch:
@@ -118,7 +116,7 @@ static __always_inline __u64 cur_pid_tgid(void)
 static __always_inline struct proc_state *ps_cur(void)
 {
 	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
-	return &procs[cur_slot[cpu] & (PROC_SLOTS - 1)];
+	return &procs[cur[cpu].slot & (PROC_SLOTS - 1)];
 }
 
 /* The process's ring buffer (NULL: none: the record is dropped and counted) */

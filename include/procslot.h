@@ -80,4 +80,13 @@ struct proc_state {
 	__u64 defer_flushed; /* enters kept back, then sent on their own */
 };
 
+/* Each CPU's program's process (bpf/state.bpf.h: ps_enter, ps_cur), in one line with
+ * three others: its slot, its tgid (the proc_slot look-up's key, off the stack) and the
+ * task's pid_tgid as the program's top read it. Written by the programs only. */
+struct cpu_cur {
+	__u32 slot;
+	__u32 tgid;
+	__u64 id;
+};
+
 #endif

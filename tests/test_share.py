@@ -131,5 +131,6 @@ def test_no_state_outside_the_slots():
         m = re.search(r"\(VAR '(\w+)'\)", line)
         if m and section in (".bss", ".data"):
             writable.add(m.group(1))
-    # the slots, and each CPU's last slot and its tgid (a cache of the tgid -> slot lookup)
-    assert writable == {"procs", "cur_slot", "cur_tgid"}, writable
+    # the slots, and each CPU's last slot, its tgid (a cache of the tgid -> slot lookup)
+    # and the running task's pid_tgid
+    assert writable == {"procs", "cur"}, writable

@@ -200,6 +200,21 @@ def test_call_overridden(evmbpf, where, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["host", "sid"])
+def test_root_call_overridden(evmbpf, where, tmp_path):
+    """A model whose own __call__ bypasses Module.__call__: no forward begins (the
+    reference's root pre-hook never runs), the root's calls are not written, and its
+    submodules' are, at depth 0 in forward 0. (Before, evmbpf wrote a forward and the
+    root's enter and exit at each call.)"""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS,
+                                                         "call_override_root.py"),
+                                     "launch", tmp_path)
+    assert not [e for e in got if e.get("event") == "forward"], err
+    assert sum(e["event"] == "enter" and e["module"] == "out" and e["depth"] == 0
+               and e["forward"] == 0 for e in got) == 3, err
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
+@pytest.mark.parametrize("where", ["host", "sid"])
 def test_forward_pre_hooks_said(evmbpf, where, tmp_path):
     """A module's forward pre-hooks of the process's own run after evmbpf sees the call
     and before the in-process tracer's enter: args a hook replaces are written as the

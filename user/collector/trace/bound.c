@@ -142,8 +142,9 @@ static void bound_hooks(const struct pyreader *r, const struct modtree *m)
 #define TREE_CLASSES 512
 #define FORWARD_CLASSES 256
 
-void bound_classes(const struct pyreader *r, struct modtree *m, uint64_t root)
+int bound_classes(const struct pyreader *r, struct modtree *m, uint64_t root)
 {
+	int root_bypass = 0;
 	uint64_t judged[TREE_CLASSES]; /* this process's classes (another's may be there) */
 	uint8_t bypass[TREE_CLASSES];
 	int n = 0;
@@ -188,9 +189,12 @@ void bound_classes(const struct pyreader *r, struct modtree *m, uint64_t root)
 				       "docs/design.md)", e->type_name, e->path);
 			}
 		}
-		if (bypass[k] && e->obj != root)
+		if (bypass[k]) {
 			e->traced = 0;
+			root_bypass |= e->obj == root;
+		}
 	}
+	return root_bypass;
 }
 
 /* --enable-experimental-jit's value in the build's _sysconfigdata (beside the

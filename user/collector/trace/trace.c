@@ -71,7 +71,7 @@ static int set_root(struct trace *t, uint64_t self)
 	t->root = self;
 	if (t->pattern)
 		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
-	bound_classes(&t->target->reader, &t->mods, self);
+	t->root_bypass = bound_classes(&t->target->reader, &t->mods, self);
 	prehooks_said(&t->target->reader, &t->mods);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
@@ -171,7 +171,7 @@ static int enter_module(struct trace *t, const struct rec_call *r, struct node_c
 		s->ncodes = 0;
 	}
 	struct mod_entry *mod = modtree_find(&t->mods, r->self);
-	if (r->self == t->root) {
+	if (r->self == t->root && !t->root_bypass) {
 		stack_reconcile(t, s, "a new forward began");
 		begin_forward(t, r->hdr.tid, r->hdr.ts_ns, phase_at(t, s, r->marker), r->marker);
 		s->forward = t->forward_id;

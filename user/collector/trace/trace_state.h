@@ -90,6 +90,9 @@ struct trace {
 	char model_type[64];             /* model.config.model_type, "" when none */
 	int64_t seq, call_id, forward_id;
 	uint64_t root;
+	int root_bypass; /* the root's class bypasses Module.__call__ (bound.c): its calls begin
+			  * no forward and are not written, as the in-process tracer's root
+			  * pre-hook never runs */
 	struct modtree mods;
 
 	struct thread_stack *threads;

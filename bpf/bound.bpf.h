@@ -149,8 +149,27 @@ struct {
 	__type(value, struct code_cache);
 } code_cache SEC(".maps");
 
+/* Is co_filename torch's torch/nn/modules/module.py? Its last 26 characters, from the
+ * str's compact data at one byte a character (ASCII or Latin-1); a path of wider
+ * characters is not looked at (1: the name alone judges, as user space's
+ * trace_is_module_call does with the whole path). */
+static __always_inline int code_in_torch_module(__u64 code)
+{
+	__u64 file = rd64(code + pyo.co_filename);
+	__u32 state = file ? (__u32)rd64(file + pyo.str_state) : 0;
+	__s64 len = file ? (__s64)rd64(file + pyo.str_length) : 0;
+	if (!((state >> 5) & 1))
+		return 0; /* not a compact str: not a code object's filename */
+	if (((state >> 2) & 7) != 1)
+		return 1;
+	__u64 data = file + (((state >> 6) & 1) ? pyo.str_ascii_data : pyo.str_compact_data);
+	return len >= 26 && len < 4096 &&
+	       name_is(data + len - 26, "torch/nn/modules/module.py", 26);
+}
+
 /* Is this code object Module.__call__'s (torch 1.x _call_impl, 2.x _wrapped_call_impl
- * around _call_impl)? Judged by co_name once per code object. */
+ * around _call_impl)? Judged once per code object by co_name and co_filename (a
+ * function of the process's own named _call_impl is not one). */
 __noinline int is_call_code(__u64 code)
 {
 	if (!code)
@@ -167,7 +186,8 @@ __noinline int is_call_code(__u64 code)
 	} else {
 		__u64 name = rd64(code + pyo.co_name);
 		if (name && (name_is(name + pyo.str_ascii_data, "_call_impl", 11) ||
-			     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)))
+			     name_is(name + pyo.str_ascii_data, "_wrapped_call_impl", 19)) &&
+		    code_in_torch_module(code))
 			verdict = 1;
 		bpf_map_update_elem(&call_codes, &key, &verdict, BPF_ANY);
 	}

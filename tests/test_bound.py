@@ -199,6 +199,21 @@ def test_call_overridden(evmbpf, where, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
+@pytest.mark.parametrize("where", ["host", "bullseye", "trixie", "sid"])
+def test_function_named_call_impl(evmbpf, where, tmp_path):
+    """A function of the process's own named `_call_impl` (Module.__call__'s name) that
+    runs a module's forward directly: no module call of it (torch runs none of its hooks),
+    its submodule's written as its caller's. Module.__call__'s frames are known by their
+    file, torch/nn/modules/module.py, as well as their name. (Before, its frame was taken
+    for a bound Module.__call__: the module was written as called, with the function's
+    globals as its kwargs on some versions.)"""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS, "named_call_impl.py"),
+                                     "launch", tmp_path)
+    assert not [e for e in got if e.get("module") == "block"], err
+    assert sum(e["event"] == "enter" and e["module"] == "block.lin" for e in got) == 3
+    compare_traces(ref, got, kwargs=target.kwargs)
+
+
 @pytest.mark.parametrize("where", ["host", "sid"])
 def test_root_call_overridden(evmbpf, where, tmp_path):
     """A model whose own __call__ bypasses Module.__call__: no forward begins (the

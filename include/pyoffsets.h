@@ -62,6 +62,7 @@ struct py_offsets {
 	off16 tstate_cframe;    /* 1 where tstate_frame is a _PyCFrame (3.11/3.12) */
 	off16 cframe_frame;     /* 3.11/3.12: _PyCFrame.current_frame */
 	off16 func_code;        /* PyFunctionObject.func_code: 3.9/3.10 name a method's class by it */
+	off16 func_globals;     /* PyFunctionObject.func_globals: torch's module globals (hooks) */
 	off16 interp_threads_head; /* PyInterpreterState.threads.head (3.9-3.11: tstate_head) */
 	off16 tstate_next;      /* PyThreadState.next */
 	off16 gen_frame_state;  /* 3.11+: PyGenObject.gi_frame_state (int8); 0 before */

@@ -476,6 +476,7 @@ if runtime:
     innermost()
     f = lambda: None  # noqa: E731
     eq("func_code", ptr(id(f) + O["func_code"]), id(f.__code__))
+    eq("func_globals", ptr(id(f) + O["func_globals"]), id(f.__globals__))
 
 if failures:
     for f in failures:

@@ -292,6 +292,7 @@ int main(void)
 	F(cframe_frame, 0);
 #endif
 	F(func_code, offsetof(PyFunctionObject, func_code));
+	F(func_globals, offsetof(PyFunctionObject, func_globals));
 	/* every thread's state, from the interpreter (the frames running at an attach) */
 #if PYV >= 311
 	F(interp_threads_head, offsetof(PyInterpreterState, threads.head));

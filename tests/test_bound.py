@@ -239,8 +239,7 @@ def test_forward_pre_hooks_said(evmbpf, where, tmp_path):
                                      "launch", tmp_path)
     said = [line for line in err.splitlines() if "forward pre-hooks of the process's own" in line]
     assert len(said) == 1, err
-    assert "act (ReLU)" in said[0] and "unchanged" in said[0], said
-    assert "1 more module has some" in said[0], said
+    assert "run on act (ReLU; the first: unchanged), and 1 more module:" in said[0], said
 
     def head_enters(events):
         return [e for e in events if e.get("event") == "enter" and e.get("module") == "head"]
@@ -250,6 +249,19 @@ def test_forward_pre_hooks_said(evmbpf, where, tmp_path):
     assert [e["args"][0]["shape"] for e in head_enters(got)] == [[2, 4]] * 3
     compare_traces([e for e in ref if e not in head_enters(ref)],
                    [e for e in got if e not in head_enters(got)], kwargs=target.kwargs)
+
+
+@pytest.mark.parametrize("where", ["host", "sid"])
+def test_global_forward_pre_hooks_said(evmbpf, where, tmp_path):
+    """A forward pre-hook for every module (register_module_forward_pre_hook), found
+    through the globals of Module.__call__'s function: said once, naming it."""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS, "prehook_global.py"),
+                                     "launch", tmp_path)
+    said = [line for line in err.splitlines() if "forward pre-hooks of the process's own" in line]
+    assert len(said) == 1, err
+    assert ("run on every module (register_module_forward_pre_hook; the first: everywhere):"
+            in said[0]), said
+    compare_traces(ref, got, kwargs=target.kwargs)
 
 
 @pytest.mark.debug_registers

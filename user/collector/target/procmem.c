@@ -221,6 +221,21 @@ uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *ke
 	return l.found;
 }
 
+uint64_t py_type_lookup(const struct pyreader *r, uint64_t type, const char *name)
+{
+	int err = 0;
+	uint64_t mro = pm_u64(r, type + r->off->tp_mro, &err);
+	int64_t n = err || !mro ? 0 : (int64_t)pm_u64(r, mro + 16, &err);
+	for (int64_t i = 0; !err && i < n && i < 64; i++) {
+		uint64_t base = pm_u64(r, mro + r->off->tuple_items + 8 * (uint64_t)i, &err);
+		uint64_t dict = err ? 0 : pm_u64(r, base + r->off->tp_dict, &err);
+		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, name);
+		if (f)
+			return f;
+	}
+	return 0;
+}
+
 uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *name)
 {
 	const struct py_offsets *o = r->off;

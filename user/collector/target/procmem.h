@@ -32,6 +32,9 @@ typedef int (*dict_item_fn)(void *arg, uint64_t key, uint64_t value);
 int py_dict_items(const struct pyreader *r, uint64_t dict, dict_item_fn fn, void *arg);
 /* dict[key] for a str key; 0 when absent. */
 uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *key);
+/* What type.name is: the first class of its MRO (the first 64) whose __dict__ has it;
+ * 0 when none. */
+uint64_t py_type_lookup(const struct pyreader *r, uint64_t type, const char *name);
 /* getattr-free lookup of an instance attribute in obj.__dict__; 0 when absent. */
 uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *name);
 /* 3.11+: obj's attributes as a split table (its class's shared keys, values[0]'s

@@ -60,25 +60,9 @@ static int code_names_call(const struct pyreader *r, uint64_t func)
 	return code_names(r, func, call_names, NULL);
 }
 
-/* What type(obj).name is: the first class of its MRO whose __dict__ has it. */
-static uint64_t type_lookup(const struct pyreader *r, uint64_t type, const char *name)
-{
-	int err = 0;
-	uint64_t mro = pm_u64(r, type + r->off->tp_mro, &err);
-	int64_t n = err || !mro ? 0 : (int64_t)pm_u64(r, mro + 16, &err);
-	for (int64_t i = 0; !err && i < n && i < 64; i++) {
-		uint64_t base = pm_u64(r, mro + r->off->tuple_items + 8 * (uint64_t)i, &err);
-		uint64_t dict = err ? 0 : pm_u64(r, base + r->off->tp_dict, &err);
-		uint64_t f = err || !dict ? 0 : py_dict_get_str(r, dict, name);
-		if (f)
-			return f;
-	}
-	return 0;
-}
-
 static uint64_t type_forward(const struct pyreader *r, uint64_t type)
 {
-	return type_lookup(r, type, "forward");
+	return py_type_lookup(r, type, "forward");
 }
 
 /* Module.__call__'s own functions (torch 1.x _call_impl, 2.x _wrapped_call_impl around
@@ -167,7 +151,7 @@ int bound_classes(const struct pyreader *r, struct modtree *m, uint64_t root)
 			}
 			/* a __call__ of its own: a Python function that neither is Module.__call__'s
 			 * nor names it */
-			uint64_t call = type_lookup(r, type, "__call__");
+			uint64_t call = py_type_lookup(r, type, "__call__");
 			char tname[16];
 			judged[n] = type;
 			bypass[n] = call && !py_type_name(r, py_type(r, call), tname, sizeof(tname)) &&

@@ -48,7 +48,24 @@ static int name_first(void *arg, uint64_t key, uint64_t value)
 	return 1;
 }
 
-void prehooks_said(const struct pyreader *r, const struct modtree *m)
+/* register_module_forward_pre_hook's: torch.nn.modules.module's
+ * _global_forward_pre_hooks, found through the globals of the root's Module.__call__
+ * function (_call_impl); 1 when it has one (named in h) */
+static int global_prehooks(const struct pyreader *r, uint64_t root, struct first_hook *h)
+{
+	int err = 0;
+	uint64_t impl = root ? py_type_lookup(r, py_type(r, root), "_call_impl") : 0;
+	char tname[16];
+	if (!impl || py_type_name(r, py_type(r, impl), tname, sizeof(tname)) ||
+	    strcmp(tname, "function"))
+		return 0;
+	uint64_t globals = pm_u64(r, impl + r->off->func_globals, &err);
+	uint64_t hooks = err || !globals ? 0
+		       : py_dict_get_str(r, globals, "_global_forward_pre_hooks");
+	return hooks && py_dict_items(r, hooks, name_first, h) >= 0 && h->name[0];
+}
+
+void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t root)
 {
 	static int said;
 	if (said)
@@ -74,17 +91,23 @@ void prehooks_said(const struct pyreader *r, const struct modtree *m)
 	if (i < m->cap)
 		debugx("forward pre-hooks looked for in the first %d modules of the tree only",
 		       PREHOOK_MODULES);
-	if (!first)
+	struct first_hook g = { .r = r };
+	int global = global_prehooks(r, root, &g);
+	if (!first && !global)
 		return;
 	said = 1;
-	char more[64] = "";
-	if (with > 1)
-		snprintf(more, sizeof(more), ", and %zu more module%s", with - 1,
-			 with > 2 ? "s have some" : " has some");
-	warnx_("warning: %s (%s) has forward pre-hooks of the process's own (the first: %s)%s: "
-	       "evmbpf sees a module call before its pre-hooks run, so a module such a hook "
-	       "calls is written inside %s's call, and args a hook replaces are written as "
-	       "the call received them; the in-process tracer writes both after the hooks "
-	       "(see docs/tracing.md)", first->path, first->type_name, h.name, more,
-	       first->path);
+	char who[512];
+	if (global)
+		snprintf(who, sizeof(who), "every module (register_module_forward_pre_hook; the "
+			 "first: %s)%s%s%s%s", g.name, first ? ", and " : "", first ? first->path : "",
+			 first ? " has its own" : "", with > 1 ? ", and more" : "");
+	else
+		snprintf(who, sizeof(who), "%s (%s; the first: %s)%s", first->path,
+			 first->type_name, h.name,
+			 with > 2 ? ", and more modules" : with > 1 ? ", and 1 more module" : "");
+	warnx_("warning: forward pre-hooks of the process's own run on %s: evmbpf sees a "
+	       "module call before its pre-hooks run, so a module such a hook calls is "
+	       "written inside the hooked module's call, and args a hook replaces are "
+	       "written as the call received them; the in-process tracer writes both after "
+	       "the hooks (see docs/tracing.md)", who);
 }

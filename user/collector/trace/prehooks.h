@@ -6,11 +6,13 @@
 #include "procmem.h"
 
 /* Said once on stderr when a traced module of the tree (of its first PREHOOK_MODULES)
- * has forward pre-hooks (a non-empty `_forward_pre_hooks`): evmbpf sees a module call
- * where it begins, before Module.__call__ runs them, and the in-process tracer's enter
- * comes after them. Names the first such module in named_modules()'s order, its first
- * hook, and how many more have some. */
+ * has forward pre-hooks (a non-empty `_forward_pre_hooks`), or every module has
+ * (register_module_forward_pre_hook's, found through the root's Module.__call__'s
+ * globals): evmbpf sees a module call where it begins, before Module.__call__ runs them,
+ * and the in-process tracer's enter comes after them. Names the first such module in
+ * named_modules()'s order and its first hook (or the first global one), and whether more
+ * modules have some. */
 #define PREHOOK_MODULES 8192
-void prehooks_said(const struct pyreader *r, const struct modtree *m);
+void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t root);
 
 #endif

@@ -72,7 +72,7 @@ static int set_root(struct trace *t, uint64_t self)
 	if (t->pattern)
 		modfilter_apply(t->pattern, t->opts.modules, &t->mods);
 	t->root_bypass = bound_classes(&t->target->reader, &t->mods, self);
-	prehooks_said(&t->target->reader, &t->mods);
+	prehooks_said(&t->target->reader, &t->mods, self);
 	debugx("root module at %#lx: %d modules", (unsigned long)self, n);
 	for (size_t i = 0; verbose > 1 && i < t->mods.cap; i++)
 		if (t->mods.slots[i].obj)

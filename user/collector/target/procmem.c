@@ -147,21 +147,27 @@ static int keys_layout(const struct pyreader *r, uint64_t keys, struct keys_layo
 	return err ? -1 : 0;
 }
 
-/* values[i] of a split table; the array starts `values_off` into the values block. */
+/* values[i] of a split table; the array starts `values_off` into the values block. The
+ * keys' entries and the values are read 64 at a time, as a combined table's entries are. */
 static int split_items(const struct pyreader *r, uint64_t keys, uint64_t values,
 		       unsigned values_off, dict_item_fn fn, void *arg)
 {
 	struct keys_layout k;
 	if (keys_layout(r, keys, &k))
 		return -1;
-	for (uint64_t i = 0; i < k.nentries; i++) {
-		int err = 0;
-		uint64_t key = pm_u64(r, k.entries + i * k.esize + k.koff, &err);
-		uint64_t val = pm_u64(r, values + values_off + i * 8, &err);
-		if (err)
+	uint8_t chunk[24 * 64];
+	uint64_t vals[64];
+	for (uint64_t i = 0; i < k.nentries; i += 64) {
+		uint64_t n = k.nentries - i < 64 ? k.nentries - i : 64;
+		if (pm_read(r, k.entries + i * k.esize, chunk, n * k.esize) ||
+		    pm_read(r, values + values_off + i * 8, vals, n * 8))
 			return -1;
-		if (key && val && fn(arg, key, val))
-			break;
+		for (uint64_t j = 0; j < n; j++) {
+			uint64_t key;
+			memcpy(&key, chunk + j * k.esize + k.koff, 8);
+			if (key && vals[j] && fn(arg, key, vals[j]))
+				return 0;
+		}
 	}
 	return 0;
 }
@@ -199,22 +205,45 @@ struct str_lookup {
 	const struct pyreader *r;
 	const char *want;
 	uint64_t found;
+	uint64_t *interned; /* the key object found before (0: none yet), or NULL */
+	int by_ptr;         /* this pass compares key objects, not their text */
 };
 
 static int match_key(void *arg, uint64_t key, uint64_t value)
 {
 	struct str_lookup *l = arg;
 	char text[128];
-	if (py_str(l->r, key, text, sizeof(text)) >= 0 && !strcmp(text, l->want)) {
-		l->found = value;
-		return 1;
+	if (l->by_ptr) {
+		if (key != *l->interned)
+			return 0;
+	} else if (py_str(l->r, key, text, sizeof(text)) < 0 || strcmp(text, l->want)) {
+		return 0;
 	}
-	return 0;
+	l->found = value;
+	if (l->interned)
+		*l->interned = key;
+	return 1;
+}
+
+/* The items of a dict (split: keys and values given; else the dict) through match_key:
+ * first by the key object found before, when there is one (attribute names are interned:
+ * the instances of a class share their names' str objects, and a match costs no read of
+ * a name), then by text. */
+static void lookup_items(const struct pyreader *r, uint64_t dict, uint64_t keys,
+			 uint64_t values, unsigned values_off, struct str_lookup *l)
+{
+	for (int pass = l->interned && *l->interned ? 0 : 1; pass < 2 && !l->found; pass++) {
+		l->by_ptr = !pass;
+		if (dict)
+			py_dict_items(r, dict, match_key, l);
+		else
+			split_items(r, keys, values, values_off, match_key, l);
+	}
 }
 
 uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *key)
 {
-	struct str_lookup l = { r, key, 0 };
+	struct str_lookup l = { r, key, 0, NULL, 0 };
 	if (!dict)
 		return 0;
 	py_dict_items(r, dict, match_key, &l);
@@ -238,44 +267,55 @@ uint64_t py_type_lookup(const struct pyreader *r, uint64_t type, const char *nam
 
 uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *name)
 {
+	return py_instance_attr_k(r, obj, name, NULL);
+}
+
+uint64_t py_instance_attr_k(const struct pyreader *r, uint64_t obj, const char *name,
+			    uint64_t *interned)
+{
 	const struct py_offsets *o = r->off;
 	int err = 0;
 	uint64_t type = py_type(r, obj);
 	uint64_t flags = pm_u64(r, type + o->tp_flags, &err);
 	if (err)
 		return 0;
-	struct str_lookup l = { r, name, 0 };
+	struct str_lookup l = { r, name, 0, interned, 0 };
+	uint64_t dict = 0;
 
 	if (!(flags & TPF_MANAGED_DICT) || o->version < 311) {
 		int64_t dictoffset = (int64_t)pm_u64(r, type + o->tp_dictoffset, &err);
 		if (err || dictoffset <= 0)
 			return 0;
-		return py_dict_get_str(r, pm_u64(r, obj + dictoffset, NULL), name);
+		dict = pm_u64(r, obj + dictoffset, NULL);
+		if (dict)
+			lookup_items(r, dict, 0, 0, 0, &l);
+		return l.found;
 	}
 	uint64_t slot = pm_u64(r, obj + o->managed_dict, &err);
 	uint64_t keys = pm_u64(r, type + o->ht_cached_keys, &err);
 	if (err)
 		return 0;
 	if (o->version == 311) {
+		uint64_t values = slot ? 0 : pm_u64(r, obj + o->managed_values, &err);
 		if (slot)
-			return py_dict_get_str(r, slot, name);
-		uint64_t values = pm_u64(r, obj + o->managed_values, &err);
-		if (!err && values && keys)
-			split_items(r, keys, values, 0, match_key, &l);
+			lookup_items(r, slot, 0, 0, 0, &l);
+		else if (!err && values && keys)
+			lookup_items(r, 0, keys, values, 0, &l);
 		return l.found;
 	}
 	if (o->version == 312) {
-		if (slot & 1) {
-			/* the slot holds (values - 1) | 1: values = slot + 1 */
-			if (keys)
-				split_items(r, keys, slot + 1, 0, match_key, &l);
-			return l.found;
-		}
-		return slot ? py_dict_get_str(r, slot, name) : 0;
+		/* the slot holds (values - 1) | 1: values = slot + 1; else the dict */
+		if ((slot & 1) && keys)
+			lookup_items(r, 0, keys, slot + 1, 0, &l);
+		else if (slot && !(slot & 1))
+			lookup_items(r, slot, 0, 0, 0, &l);
+		return l.found;
 	}
 	/* 3.13+: the managed dict when one was made, else values inline after the object */
-	if (slot)
-		return py_dict_get_str(r, slot, name);
+	if (slot) {
+		lookup_items(r, slot, 0, 0, 0, &l);
+		return l.found;
+	}
 	/* Py_TPFLAGS_INLINE_VALUES; the block is {capacity, size, embedded, valid, values[]} */
 	if (!(flags & (1UL << 2)))
 		return 0;
@@ -283,7 +323,7 @@ uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *na
 	uint8_t valid[4];
 	if (err || pm_read(r, obj + basicsize, valid, sizeof(valid)) || !valid[3] || !keys)
 		return 0;
-	split_items(r, keys, obj + basicsize, o->dictvalues_values, match_key, &l);
+	lookup_items(r, 0, keys, obj + basicsize, o->dictvalues_values, &l);
 	return l.found;
 }
 

@@ -37,6 +37,12 @@ uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *ke
 uint64_t py_type_lookup(const struct pyreader *r, uint64_t type, const char *name);
 /* getattr-free lookup of an instance attribute in obj.__dict__; 0 when absent. */
 uint64_t py_instance_attr(const struct pyreader *r, uint64_t obj, const char *name);
+/* The same, for a name looked up in many objects of one process: *interned (0 at first)
+ * keeps the name's str object once found, and later look-ups compare the objects' keys
+ * with it before their text (a name's text is read only where the object holds another
+ * str for it). */
+uint64_t py_instance_attr_k(const struct pyreader *r, uint64_t obj, const char *name,
+			    uint64_t *interned);
 /* 3.11+: obj's attributes as a split table (its class's shared keys, values[0]'s
  * address), when they are kept that way; -1 otherwise (a dict of its own). */
 int py_instance_split(const struct pyreader *r, uint64_t obj, uint64_t *keys,

@@ -88,6 +88,7 @@ struct walk {
 	int failed;
 	struct budget { /* the whole walk's, shared by its levels */
 		uint64_t entries, bytes, deadline_ns;
+		uint64_t modules_key; /* "_modules"' str object (procmem.h: py_instance_attr_k) */
 	} *budget;
 };
 
@@ -151,7 +152,7 @@ static void visit(struct walk *w, uint64_t obj, const char *path)
 	e->path = xstrdup(path[0] ? path : "<root>");
 	e->type_name = xstrdup(tname);
 	e->traced = 1;
-	uint64_t modules = py_instance_attr(w->r, obj, "_modules");
+	uint64_t modules = py_instance_attr_k(w->r, obj, "_modules", &w->budget->modules_key);
 	if (!modules) {
 		debugx("cannot read %s._modules", e->path);
 		w->failed |= w->depth == 0;

@@ -65,6 +65,19 @@ static int global_prehooks(const struct pyreader *r, uint64_t root, struct first
 	return hooks && py_dict_items(r, hooks, name_first, h) >= 0 && h->name[0];
 }
 
+/* A module's _forward_pre_hooks when it has at least one, else 0 (*interned: the name's
+ * str object, kept across the modules: procmem.h, py_instance_attr_k) */
+static uint64_t module_prehooks(const struct pyreader *r, uint64_t obj, uint64_t *interned)
+{
+	int err = 0;
+	uint64_t hooks = py_instance_attr_k(r, obj, "_forward_pre_hooks", interned);
+	/* a dict (an OrderedDict) with items: ma_used, after the head */
+	uint64_t flags = !hooks ? 0 : pm_u64(r, py_type(r, hooks) + r->off->tp_flags, &err);
+	if (err || !(flags & (1UL << 29)) || (int64_t)pm_u64(r, hooks + 16, &err) <= 0 || err)
+		return 0;
+	return hooks;
+}
+
 void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t root)
 {
 	static int said;
@@ -73,12 +86,13 @@ void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t r
 	const struct mod_entry *first = NULL;
 	struct first_hook h = { .r = r };
 	size_t looked = 0, with = 0, i;
+	uint64_t interned = 0;
 	for (i = 0; i < m->cap && looked < PREHOOK_MODULES; i++) {
 		const struct mod_entry *e = &m->slots[i];
 		if (!e->obj || !e->traced)
 			continue;
 		looked++;
-		uint64_t hooks = py_instance_attr(r, e->obj, "_forward_pre_hooks");
+		uint64_t hooks = module_prehooks(r, e->obj, &interned);
 		struct first_hook one = { .r = r };
 		/* a dict of at least one item (name_first stops at the first) */
 		if (!hooks || py_dict_items(r, hooks, name_first, &one) < 0 || !one.name[0])

@@ -244,9 +244,8 @@ static void lookup_items(const struct pyreader *r, uint64_t dict, uint64_t keys,
 uint64_t py_dict_get_str(const struct pyreader *r, uint64_t dict, const char *key)
 {
 	struct str_lookup l = { r, key, 0, NULL, 0 };
-	if (!dict)
-		return 0;
-	py_dict_items(r, dict, match_key, &l);
+	if (dict)
+		lookup_items(r, dict, 0, 0, 0, &l);
 	return l.found;
 }
 
@@ -280,13 +279,12 @@ uint64_t py_instance_attr_k(const struct pyreader *r, uint64_t obj, const char *
 	if (err)
 		return 0;
 	struct str_lookup l = { r, name, 0, interned, 0 };
-	uint64_t dict = 0;
 
 	if (!(flags & TPF_MANAGED_DICT) || o->version < 311) {
 		int64_t dictoffset = (int64_t)pm_u64(r, type + o->tp_dictoffset, &err);
 		if (err || dictoffset <= 0)
 			return 0;
-		dict = pm_u64(r, obj + dictoffset, NULL);
+		uint64_t dict = pm_u64(r, obj + dictoffset, NULL);
 		if (dict)
 			lookup_items(r, dict, 0, 0, 0, &l);
 		return l.found;

@@ -84,7 +84,7 @@ void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t r
 	if (said)
 		return;
 	const struct mod_entry *first = NULL;
-	struct first_hook h = { .r = r };
+	uint64_t first_hooks = 0;
 	size_t looked = 0, with = 0, i;
 	uint64_t interned = 0;
 	for (i = 0; i < m->cap && looked < PREHOOK_MODULES; i++) {
@@ -93,15 +93,15 @@ void prehooks_said(const struct pyreader *r, const struct modtree *m, uint64_t r
 			continue;
 		looked++;
 		uint64_t hooks = module_prehooks(r, e->obj, &interned);
-		struct first_hook one = { .r = r };
-		/* a dict of at least one item (name_first stops at the first) */
-		if (!hooks || py_dict_items(r, hooks, name_first, &one) < 0 || !one.name[0])
-			continue;
-		if (!with++ || e->order < first->order) { /* the first in named_modules() */
+		if (hooks && (!with++ || e->order < first->order)) { /* the first in named_modules() */
 			first = e;
-			h = one;
+			first_hooks = hooks;
 		}
 	}
+	/* its first hook named, once (name_first stops at the first) */
+	struct first_hook h = { .r = r };
+	if (first && (py_dict_items(r, first_hooks, name_first, &h) < 0 || !h.name[0]))
+		snprintf(h.name, sizeof(h.name), "?");
 	if (i < m->cap)
 		debugx("forward pre-hooks looked for in the first %d modules of the tree only",
 		       PREHOOK_MODULES);

@@ -20,6 +20,7 @@
 #include "hold.h"
 #include "job_state.h"
 #include "node_share.h"
+#include "objects.h"
 #include "procstate.h"
 #include "pyframes.h"
 #include "record.h"
@@ -69,6 +70,19 @@ static void resume(pid_t pid, pid_t tid, int how)
  * not be probed): a Python gets its session, anything else runs on, still followed. */
 static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
+	if (j->follow->loading && how == STOP_PTRACE && !tid) {
+		/* a BPF object is being verified (follow_while_loading): no attach now; held
+		 * where it stands, attached in the loop (follow_pending_late) */
+		int i = pending_slot(j, pid, 1);
+		if (i >= 0) {
+			closer_put(j->follow->pending[i].entry);
+			j->follow->pending[i].entry = NULL;
+			j->follow->pending[i].how = how;
+			j->follow->pending[i].uid = node_proc_uid(pid);
+			j->follow->pending[i].since_ns = 0;
+			return;
+		}
+	}
 	pending_drop(j, pid);
 	struct proc *p = NULL;
 	if (j->node ? record_wanted(&j->opts->record, j->node->match, pid) : target_is_python(pid)) {
@@ -244,12 +258,45 @@ void follow_pending_late(struct job *j)
 	}
 }
 
-static int on_follow(void *ctx, void *data, size_t size)
+#define FOLLOW_LATER_MAX 4096
+
+/* While a BPF object is verified, a record that waits for the load (its order kept); -1
+ * when FOLLOW_LATER_MAX wait already: it stays in the ring, read after the load. */
+static int follow_later(struct job *j, const struct follow_rec *r)
 {
-	struct job *j = ctx;
-	const struct follow_rec *r = data;
-	if (size < sizeof(*r))
+	struct job_follow *f = j->follow;
+	if (f->nlater >= FOLLOW_LATER_MAX && f->head > 0) { /* those done go */
+		memmove(f->later, f->later + f->head, (size_t)(f->nlater - f->head) * sizeof(*r));
+		f->nlater -= f->head;
+		f->head = 0;
+	}
+	if (j->follow->nlater >= FOLLOW_LATER_MAX)
+		return -1;
+	if (!j->follow->later)
+		j->follow->later = xcalloc(FOLLOW_LATER_MAX, sizeof(*r));
+	j->follow->later[j->follow->nlater++] = *r;
+	return 0;
+}
+
+/* While a BPF object is verified, which records are read now: the node's execs (held as
+ * they come: the load is what kept them waiting, a second or more) and the OOM killer's
+ * choices; not an exec whose process has a record waiting (its order), nor one that
+ * would need an attach now (no room to hold it). The rest waits. */
+static int follow_now(struct job *j, const struct follow_rec *r)
+{
+	if (r->hdr.kind == FOLLOW_OOM)
+		return 1;
+	if (r->hdr.kind != FOLLOW_NODE_EXEC || pending_count(j) >= PENDING_MAX - 1)
 		return 0;
+	for (int i = j->follow->head; i < j->follow->nlater; i++)
+		if (j->follow->later[i].hdr.pid == r->hdr.pid)
+			return 0;
+	return 1;
+}
+
+/* One record of the follow programs, read out of the ring (on_follow) */
+static void follow_record(struct job *j, const struct follow_rec *r)
+{
 	pid_t pid = (pid_t)r->hdr.pid;
 	if (j->follow->unloading) {
 		/* evmbpf stops: a process the programs stopped before they went is let go */
@@ -261,7 +308,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 			else
 				resume(pid, 0, STOP_PTRACE);
 		}
-		return 0;
+		return;
 	}
 	switch (r->hdr.kind) {
 	case FOLLOW_FORK:
@@ -344,7 +391,7 @@ static int on_follow(void *ctx, void *data, size_t size)
 				j->node->looks[i].pid = pid;
 				j->node->looks[i].due_ns = mono_ns() + LOOK_AFTER_NS;
 				j->node->looks[i].tries = 0;
-				return 0;
+				return;
 			}
 		debugx("more than %d execs at once: %d is not looked at", LOOKS_MAX, pid);
 		break;
@@ -358,13 +405,70 @@ static int on_follow(void *ctx, void *data, size_t size)
 		break;
 	}
 	}
-	return 0;
+	return;
+}
+
+/* The ring's records are copied out as they are read and handled after the read (a
+ * record's handling may attach a process, which may wait for a BPF object's verifier
+ * and read the ring meanwhile: a read inside a read would see its records again).
+ * While an object is verified, the node's execs are handled at once (follow_now). 0, or
+ * -1: FOLLOW_LATER_MAX wait already, the record stays in the ring. */
+static int on_follow(void *ctx, void *data, size_t size)
+{
+	struct job *j = ctx;
+	const struct follow_rec *r = data;
+	if (size < sizeof(*r))
+		return 0;
+	if (j->follow->loading && follow_now(j, r)) {
+		follow_record(j, r);
+		return 0;
+	}
+	return follow_later(j, r);
+}
+
+/* The records read and not handled yet, in their order; those that come meanwhile (a
+ * verifier's wait) after them. */
+static void follow_handle(struct job *j)
+{
+	struct job_follow *f = j->follow;
+	if (f->replaying)
+		return;
+	f->replaying = 1;
+	while (f->head < f->nlater) {
+		struct follow_rec r = f->later[f->head++];
+		follow_record(j, &r);
+	}
+	f->head = f->nlater = 0;
+	f->replaying = 0;
+}
+
+/* The ring, to its end (a few reads when more than FOLLOW_LATER_MAX records wait) */
+static void follow_drain(struct job *j)
+{
+	for (int i = 0; i < 64; i++) {
+		int n = ring_buffer__consume(j->follow->rb);
+		follow_handle(j);
+		if (n >= 0 || j->follow->replaying)
+			break;
+	}
 }
 
 void follow_read(struct job *j)
 {
 	if (j->follow && j->follow->rb)
-		ring_buffer__consume(j->follow->rb);
+		follow_drain(j);
+}
+
+void follow_while_loading(void *job)
+{
+	struct job *j = job;
+	if (!j->follow || !j->follow->rb || j->follow->loading) {
+		usleep(5000);
+		return;
+	}
+	j->follow->loading = 1;
+	ring_buffer__poll(j->follow->rb, 5);
+	j->follow->loading = 0;
 }
 
 int pending_count(const struct job *j)
@@ -446,9 +550,12 @@ static void follow_unload(struct job *j)
 	 * exec, a fork, an entry point just before) would otherwise stand for good */
 	if (j->follow->rb) {
 		j->follow->unloading = 1;
-		ring_buffer__consume(j->follow->rb);
+		follow_handle(j);
+		follow_drain(j);
 	}
 	ring_buffer__free(j->follow->rb);
+	session_objects_wait(NULL, NULL);
+	free(j->follow->later);
 	if (j->follow->skel && j->follow->skel->bss->follow_dropped)
 		warnx_("warning: %llu record(s) of the job's forks, execs and exits were lost (the "
 		       "ring buffer was full): processes they name may have run on untraced",

@@ -90,6 +90,11 @@ struct job_follow {
 	int execs_only;    /* a launched command without --follow: its execs, not its forks */
 	unsigned exec_late_us; /* tests only (EVMBPF_TEST_EXEC_LATE_US): an exec read this late */
 	int unloading;     /* follow_unload: records left are stops to let go, nothing more */
+	int loading;       /* evmbpf record: a new BPF object is verified off the loop
+	                    * (follow_while_loading): execs are held, the rest waits */
+	int replaying;     /* follow_handle is at work */
+	struct follow_rec *later; /* records read, not handled yet, in their order: */
+	int head, nlater;         /* ... later[head..nlater) */
 	struct bpf_link *links[4];
 	struct {
 		pid_t pid;
@@ -161,6 +166,10 @@ int oom_chose(struct job *j, pid_t pid);
 /* job_follow.c: new processes, from bpf/follow.bpf.c */
 int follow_load(struct job *j);
 void follow_read(struct job *j);
+/* evmbpf record: the loop's wait while a new BPF object is verified (objects.c runs the
+ * verifier on a thread of its own meanwhile): up to a few ms of the ring, each exec of
+ * the node held as it comes (follow_node_exec), the other records kept for after. */
+void follow_while_loading(void *job);
 int pending_count(const struct job *j);
 int pending_slot(struct job *j, pid_t pid, int add);
 /* evmbpf record: a process the node exec'd, seized and held now (a ptrace stop, which no

@@ -327,6 +327,9 @@ static int node_start(struct job *j)
 	record_fd_limit();
 	if (follow_load(j))
 		return -1;
+	/* a new Python build's verifier (a second or more) runs off the loop: the node's
+	 * execs meanwhile are held as they come, not once it is done */
+	session_objects_wait(follow_while_loading, j);
 	pid_t pids[JOB_MAX];
 	int n = record_scan(o, j->node->match, pids, JOB_MAX), traced = 0;
 	for (int i = 0; i < n; i++) {

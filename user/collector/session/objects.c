@@ -16,6 +16,8 @@
 #include "cupti_session.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@ struct evm_object {
 	struct py_offsets pyo;
 	int marker_kind;           /* lookup_special_kind, or -1: no marker probe */
 	int refs;
+	int verifying;             /* being loaded: no process may have it yet */
 	unsigned id;
 	uint64_t idle_since;       /* kept with no process: when its last one went (0: has one) */
 	struct bpf_link *links[2]; /* sched_process_exit and _exec: one each for all */
@@ -42,7 +45,9 @@ static int keep_idle;     /* an object outlives its last process (session_object
  * idle object holds its maps' memory and runs its two tracepoints at every exit and exec
  * of the node (a hash lookup that finds no process). */
 #define IDLE_MAX 8
-
+/* What the loop does while a new object is verified off it (session_objects_wait) */
+static void (*load_wait)(void *);
+static void *load_wait_arg;
 
 static int marker_kind_of(const struct target *t)
 {
@@ -61,10 +66,64 @@ static int free_slot(const struct evm_object *o)
 static struct evm_object *object_find(const struct target *t)
 {
 	for (struct evm_object *o = objects; o; o = o->next)
-		if (!memcmp(&o->pyo, t->off, sizeof(o->pyo)) &&
+		if (!o->verifying && !memcmp(&o->pyo, t->off, sizeof(o->pyo)) &&
 		    o->marker_kind == marker_kind_of(t) && free_slot(o))
 			return o;
 	return NULL;
+}
+
+void session_objects_wait(void (*wait)(void *arg), void *arg)
+{
+	load_wait = wait;
+	load_wait_arg = arg;
+}
+
+struct object_load {
+	struct evmbpf_bpf *skel;
+	int err;
+	int done;
+};
+
+static int object_load_now(struct evmbpf_bpf *skel)
+{
+	int err = evmbpf_bpf__load(skel);
+	/* tests only: a verifier as slow as a loaded node's (the execs that come meanwhile) */
+	const char *slow = getenv("EVMBPF_TEST_VERIFY_SLOW_MS");
+	if (slow && atoi(slow) > 0 && atoi(slow) < 60000)
+		usleep((useconds_t)atoi(slow) * 1000);
+	return err;
+}
+
+static void *object_load_main(void *arg)
+{
+	struct object_load *l = arg;
+	l->err = object_load_now(l->skel);
+	__atomic_store_n(&l->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* The verifier: a second or more of CPU for a new build (docs/record.md). Where the loop
+ * has something to do meanwhile (session_objects_wait: evmbpf record holds the node's
+ * execs as they come), the load runs on a thread of its own, every signal blocked there,
+ * and the loop's wait is called until it is done; else here. The object is touched by
+ * that thread alone until it is done. */
+static int object_verify(struct evmbpf_bpf *skel)
+{
+	if (!load_wait)
+		return object_load_now(skel);
+	struct object_load l = { .skel = skel };
+	sigset_t all, old;
+	pthread_t t;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&t, NULL, object_load_main, &l);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return object_load_now(skel);
+	while (!__atomic_load_n(&l.done, __ATOMIC_ACQUIRE))
+		load_wait(load_wait_arg);
+	pthread_join(t, NULL);
+	return l.err;
 }
 
 /* What is the same for every process of the object, and the load (the verifier). */
@@ -184,7 +243,7 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 	bpf_program__set_autoload(skel->progs.marker_enter_stackref,
 				  t->gen_type && t->lookup_special_kind == LOOKUP_STACKREF);
 	uprobes_multi_on(skel->obj);
-	int err = evmbpf_bpf__load(skel);
+	int err = object_verify(skel);
 	if (err) {
 		warnx_("cannot load the BPF programs: %s (the kernel needs BTF, BPF ring buffers, "
 		       "bpf_loop and uprobes: Linux 5.17 or later; run with -v for the verifier's log)",
@@ -222,7 +281,10 @@ static struct evm_object *object_open(struct session *s)
 	o->marker_kind = marker_kind_of(&s->target);
 	o->next = objects;
 	objects = o;
-	if (object_load_new(s, skel)) {
+	o->verifying = 1;
+	int err = object_load_new(s, skel);
+	o->verifying = 0;
+	if (err) {
 		object_free(o);
 		return NULL;
 	}
@@ -339,7 +401,7 @@ static void object_idle(struct evm_object *o)
 	struct evm_object *oldest = NULL;
 	int idle = 0;
 	for (struct evm_object *x = objects; keep_idle && x; x = x->next) {
-		if (x == o || x->refs)
+		if (x == o || x->refs || x->verifying)
 			continue;
 		if (same_build(x, o)) {
 			debugx("BPF object %u freed: object %u of the same Python is kept", o->id, x->id);
@@ -368,7 +430,7 @@ void session_objects_release(void)
 {
 	for (struct evm_object *o = objects, *next; o; o = next) {
 		next = o->next;
-		if (!o->refs)
+		if (!o->refs && !o->verifying)
 			object_free(o);
 	}
 }

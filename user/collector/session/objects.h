@@ -16,5 +16,9 @@ void session_unload(struct session *s);
  * release: those with no process freed. */
 void session_objects_keep(int keep);
 void session_objects_release(void);
+/* evmbpf record: while a new object is verified (off the loop, on a thread of its own),
+ * wait(arg) is called again and again, each call returning within a few ms; it must not
+ * load or attach a process (NULL: the load is done on the loop, as before). */
+void session_objects_wait(void (*wait)(void *arg), void *arg);
 
 #endif

@@ -214,14 +214,17 @@ def test_function_named_call_impl(evmbpf, where, tmp_path):
     compare_traces(ref, got, kwargs=target.kwargs)
 
 
-@pytest.mark.parametrize("where", ["host", "sid"])
-def test_root_call_overridden(evmbpf, where, tmp_path):
+@pytest.mark.parametrize("where,workload", [
+    ("host", "call_override_root.py"), ("sid", "call_override_root.py"),
+    ("host", "call_impl_named_root.py")])
+def test_root_call_overridden(evmbpf, where, workload, tmp_path):
     """A model whose own __call__ bypasses Module.__call__: no forward begins (the
     reference's root pre-hook never runs), the root's calls are not written, and its
     submodules' are, at depth 0 in forward 0. (Before, evmbpf wrote a forward and the
-    root's enter and exit at each call.)"""
-    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS,
-                                                         "call_override_root.py"),
+    root's enter and exit at each call.) Also when that __call__ is a method named
+    `_call_impl`, Module.__call__'s own name: judged by its file too, as the probes judge
+    a frame (before, it was taken for Module's by its name, and the forward begun)."""
+    ref, got, err, target = run_cell(where, os.path.join(OWN_WORKLOADS, workload),
                                      "launch", tmp_path)
     assert not [e for e in got if e.get("event") == "forward"], err
     assert sum(e["event"] == "enter" and e["module"] == "out" and e["depth"] == 0

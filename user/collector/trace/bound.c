@@ -16,8 +16,23 @@
 #include "procstate.h"
 #include "util.h"
 
+/* Is this code object's file torch's torch/nn/modules/module.py? A name that cannot be
+ * read as text: judged by the name alone, as the probes judge (bpf/bound.bpf.h). */
+static int code_in_torch_module(const struct pyreader *r, uint64_t code)
+{
+	static const char tail[] = "torch/nn/modules/module.py";
+	char file[PATH_MAX];
+	int err = 0;
+	uint64_t name = pm_u64(r, code + r->off->co_filename, &err);
+	if (err || py_str(r, name, file, sizeof(file)) < 0)
+		return 1;
+	size_t len = strlen(file), n = sizeof(tail) - 1;
+	return len >= n && !strcmp(file + len - n, tail);
+}
+
 /* A function's code names one of want (co_names: an attribute or global loaded), its
- * own name one of own when own is given (co_name); 0 when func is not a function. */
+ * own name one of own when own is given (co_name) and its file is torch's module.py;
+ * 0 when func is not a function. */
 static int code_names(const struct pyreader *r, uint64_t func, const char *const *want,
 		      const char *const *own)
 {
@@ -38,7 +53,7 @@ static int code_names(const struct pyreader *r, uint64_t func, const char *const
 	uint64_t co_name = own ? pm_u64(r, code + r->off->co_name, &name_err) : 0;
 	if (own && !name_err && py_str(r, co_name, name, sizeof(name)) >= 0)
 		for (int k = 0; own[k]; k++)
-			if (!strcmp(name, own[k]))
+			if (!strcmp(name, own[k]) && code_in_torch_module(r, code))
 				return 1;
 	int64_t n = (int64_t)pm_u64(r, names + 16, &err);
 	for (int64_t i = 0; !err && i < n && i < 4096; i++) {

@@ -18,7 +18,8 @@ smaller (stop), and that is said. Printed and stored, per part:
 burst (--burst K1,K2,...): a recorder is started; the moment its stderr says
   `recording`, K processes are started together, each `import torch`, a small
   nn.Sequential, two forwards, and an exception raised in the third (exit 1).
-  - attached: the K the recorder said `attached to PID` of;
+  - attached: the K the recorder said `attached to PID` of; no torch: those of them
+    whose line says `torch not imported yet` (held at the exec before their imports);
   - exit 1: the K that ended with status 1, as planned;
   - files: the K with a file in DIR (searched recursively for evmbpf-PID...jsonl) once
     complete (its last line the `recorded` mark), waited for until 60 s + 1 s a process
@@ -220,6 +221,7 @@ class Recorder:
                "--match", opts.token]
         self.lines = []  # (monotonic, line)
         self.attached = {}  # pid -> monotonic of its `attached to PID` line
+        self.before_torch = set()  # the pids whose line says `torch not imported yet`
         self.t_recording = None
         self.cond = threading.Condition()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -242,6 +244,8 @@ class Recorder:
                 m = att.match(line)
                 if m:
                     self.attached.setdefault(int(m.group(1)), t)
+                    if "torch not imported yet" in line:
+                        self.before_torch.add(int(m.group(1)))
                 elif line.startswith("recording") and self.t_recording is None:
                     self.t_recording = t
                 self.cond.notify_all()
@@ -397,6 +401,7 @@ def burst_one(k, tmp, opts):
         codes = [exits[pid][1] if pid in exits else None for pid in pids]
         res.update({
             "attached": len(attached),
+            "attached_before_torch": sum(1 for pid in attached if pid in rec.before_torch),
             "last_attach_s": max(attach_s) if attach_s else None,
             "exit_1": sum(1 for c in codes if c == 1),
             "exit_codes": codes,
@@ -446,7 +451,7 @@ def print_burst(b):
     print(f"\n== burst: K python+torch processes started together the moment the recorder "
           f"said `recording`; each raises in its 3rd forward (exit 1). cpus {b['cpus']}; "
           f"{b['hypervisor'] or 'hypervisor: dmesg says nothing (or is not readable)'}")
-    print(f"{'K':>3} {'load1':>5} {'attached':>8} {'exit 1':>6} {'files':>5} {'w/error':>7} "
+    print(f"{'K':>3} {'load1':>5} {'attached':>8} {'no torch':>8} {'exit 1':>6} {'files':>5} {'w/error':>7} "
           f"{'last att s':>10} {'last exit s':>11} {'last file s':>11} {'rec CPU s':>9} "
           f"{'(total)':>7} {'VmHWM MiB':>9} {'stop s':>6} {'status':>6}")
     for r in b["runs"]:
@@ -454,7 +459,8 @@ def print_burst(b):
             print(f"{r['k']:>3} {r.get('skipped') or 'error: ' + r['error'].splitlines()[0]}")
             continue
         hwm = r.get("recorder_vmhwm_kb") or r.get("maxrss_kb")
-        print(f"{r['k']:>3} {r['loadavg_before'][0]:>5.2f} {r['attached']:>8} {r['exit_1']:>6} "
+        print(f"{r['k']:>3} {r['loadavg_before'][0]:>5.2f} {r['attached']:>8} "
+              f"{r.get('attached_before_torch', '-'):>8} {r['exit_1']:>6} "
               f"{r['files']:>5} {r['files_with_error']:>7} {fmt(r['last_attach_s']):>10} "
               f"{fmt(r['last_exit_s']):>11} {fmt(r['last_file_s']):>11} "
               f"{fmt(r['recorder_cpu_s_burst']):>9} {fmt(r['recorder_cpu_s_total']):>7} "

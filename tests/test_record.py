@@ -1720,7 +1720,7 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
     1 run in 10 on the KVM guest without the delay, every run with it)."""
     wanted = wanted_folder(tmp_path, FAULT_MODEL)
     cgroup = memory_cgroup(f"evmbpf-test-oom-{os.getpid()}", 700 << 20)
-    rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid",
+    rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid",
                    env={"EVMBPF_TEST_VERIFY_SLOW_MS": "3000"})
     ranks, oom = [], None
     try:
@@ -1772,6 +1772,10 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
     for p in ranks:  # held at its exec: attached before its imports, whatever the verifier
         said = [ln for ln in rec.lines if ln.startswith(f"attached to {p.pid} ")]
         assert len(said) == 1 and "torch not imported yet" in said[0], (p.pid, said)
+    # each record of the follow ring handled once: the verifier's wait reads that ring
+    # while a record's handling (an entry point's attach) is under way (-v's lines)
+    entries = [ln for ln in rec.lines if "at its entry point, held" in ln]
+    assert len(entries) == len(set(entries)), entries
     mine = [f for f in files if pid_of_file(f) == oom.pid]
     assert len(mine) == 1, f"pid {oom.pid}: no file of its own in {sorted(files)}\n" + \
         "".join(ln for ln in rec.lines if str(oom.pid) in ln)[-3000:] + "\n" + rec.stderr()[-3000:]

@@ -405,7 +405,6 @@ static void follow_record(struct job *j, const struct follow_rec *r)
 		break;
 	}
 	}
-	return;
 }
 
 /* The ring's records are copied out as they are read and handled after the read (a

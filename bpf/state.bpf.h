@@ -48,13 +48,26 @@ struct {
 	__type(value, __u32);
 } proc_slot SEC(".maps");
 
+/* Set by user space where the kernel preempts its own code (preempt=full or lazy,
+ * PREEMPT_RT; user/collector/machine/preempt.c): a uprobe program may then be preempted,
+ * and another task's program run on its CPU meanwhile, over the per-CPU buffers and the
+ * CPU's slot the first one was using. Each program's top (ps_enter, ps_slot) writes the
+ * task's pid_tgid into the CPU's `cur`; before a record goes to a ring, the CPU's entry
+ * must still hold the current task's: else another task's program ran on the CPU since
+ * this one began, and the record, built in a buffer the other may have written, is
+ * dropped (counted here and as any drop, in the process's state). Where it is 0 the
+ * verifier removes the check. */
+const volatile __u32 preempt_guard = 0;
+__u64 preempted_records = 0;
+
 /* The slot of the program running on a CPU, set at its top (ps_enter) and read below
  * it (ps_cur): nothing else of ours runs on that CPU until the program returns, as the
  * per-CPU scratch maps already rely on. None nests in another (uprobes and breakpoints
  * fire in user mode, a breakpoint's program runs in its exception), and uprobe programs
  * run with migration off: on a kernel that does not preempt kernel code (preempt=none or
- * voluntary) that keeps others off the CPU; under preempt=full or lazy it does not, which
- * is not guarded yet (docs/design.md). Indexed by CPU, masked. */
+ * voluntary) that keeps others off the CPU; under preempt=full or lazy it does not, and
+ * preempt_guard above drops the records such a run may have mixed (docs/design.md).
+ * Indexed by CPU, masked. */
 #define CUR_CPUS 1024
 struct cpu_cur cur[CUR_CPUS] = {}; /* include/procslot.h */
 
@@ -90,6 +103,8 @@ static __always_inline __u32 ps_find(__u32 tgid)
 static __always_inline struct proc_state *ps_slot(__u32 tgid)
 {
 	__u32 cpu = bpf_get_smp_processor_id() & (CUR_CPUS - 1);
+	if (preempt_guard) /* the tracepoints' own top (ps_enter writes it first too) */
+		cur[cpu].id = bpf_get_current_pid_tgid();
 	__u32 idx = cur[cpu].slot & (PROC_SLOTS - 1);
 	if (!idx || procs[idx].tgid != tgid)
 		idx = ps_find(tgid);
@@ -119,9 +134,15 @@ static __always_inline struct proc_state *ps_cur(void)
 	return &procs[cur[cpu].slot & (PROC_SLOTS - 1)];
 }
 
+
 /* The process's ring buffer (NULL: none: the record is dropped and counted) */
 static __always_inline void *ps_ring(struct proc_state *ps)
 {
+	if (preempt_guard &&
+	    cur[bpf_get_smp_processor_id() & (CUR_CPUS - 1)].id != bpf_get_current_pid_tgid()) {
+		__sync_fetch_and_add(&preempted_records, 1);
+		return NULL;
+	}
 	return bpf_map_lookup_elem(&rings, &ps->slot); /* the key: no stack */
 }
 

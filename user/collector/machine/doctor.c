@@ -27,6 +27,7 @@
 #include "elfsym.h"
 #include "hold.h"
 #include "hwwatch.h"
+#include "preempt.h"
 #include "target.h"
 #include "procmaps.h"
 #include "procstate.h"
@@ -198,6 +199,12 @@ static int check_machine(void)
 	}
 	check_uprobe_event();
 	check_breakpoints();
+	char how[160];
+	int k = kernel_preemption(how, sizeof(how));
+	line(k == KPREEMPT_NO ? 1 : 2, "kernel preemption: %s: %s", how,
+	     k == KPREEMPT_NO ? "a probe's program runs to its end on its CPU"
+	     : "a probe's program may be preempted: each record is checked, and one built while "
+	       "another thread's probes ran on its CPU is dropped and counted (docs/design.md)");
 	char v[32];
 	if (read_file("/proc/sys/kernel/bpf_stats_enabled", v, sizeof(v)))
 		line(2, "BPF stats: kernel.bpf_stats_enabled cannot be read");

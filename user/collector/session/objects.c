@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <bpf/bpf.h>
 
+#include "preempt.h"
 #include "util.h"
 
 struct evm_object {
@@ -70,6 +71,11 @@ static struct evm_object *object_find(const struct target *t)
 		    o->marker_kind == marker_kind_of(t) && free_slot(o))
 			return o;
 	return NULL;
+}
+
+uint64_t session_object_preempted(const struct session *s)
+{
+	return s->obj && s->obj->skel->bss ? s->obj->skel->bss->preempted_records : 0;
 }
 
 void session_objects_wait(void (*wait)(void *arg), void *arg)
@@ -235,6 +241,8 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 	 * and on a PVM guest it saved less than that guest's noise (docs/design.md) */
 	const char *pairs = getenv("EVMBPF_LEAF_PAIRS");
 	skel->rodata->defer_calls = pairs && *pairs && strcmp(pairs, "0");
+	/* a kernel that preempts its own code: each record checked (bpf/state.bpf.h) */
+	skel->rodata->preempt_guard = preempt_guard_wanted();
 	/* only the marker probe this Python's `with` takes is loaded (each is verified) */
 	bpf_program__set_autoload(skel->progs.marker_enter,
 				  t->gen_type && t->lookup_special_kind == LOOKUP_STR);

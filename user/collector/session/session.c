@@ -363,6 +363,16 @@ int session_finish(struct session *s)
 	trace_set_dropped(&s->trace, dropped - s->dropped_reported);
 	if (dropped)
 		warnx_("%llu records were dropped in all", (unsigned long long)dropped);
+	uint64_t preempted = session_object_preempted(s);
+	static uint64_t preempted_said;
+	if (preempted > preempted_said) {
+		/* the object's count, every process's: said as it grows */
+		warnx_("%llu records were dropped because another thread's probes ran on their "
+		       "CPU while they were built (this kernel preempts its own code): each trace "
+		       "marks its drops where they were",
+		       (unsigned long long)(preempted - preempted_said));
+		preempted_said = preempted;
+	}
 	int rc = 0;
 	if (s->discard) {
 		trace_abandon(&s->trace); /* evmbpf record: an end that needs no trace */

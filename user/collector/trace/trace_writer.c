@@ -145,8 +145,9 @@ void trace_set_dropped(struct trace *t, uint64_t dropped)
 	if (!dropped)
 		return;
 	if (!warned++)
-		warnx_("warning: records were dropped (the ring buffer was full); the trace says "
-		       "how many and where in `dropped` events");
+		warnx_("warning: records were dropped (the ring buffer was full, or, on a kernel "
+		       "that preempts its own code, another thread's probes ran on their CPU while "
+		       "they were built); the trace says how many and where in `dropped` events");
 	struct buf b = {0};
 	buf_printf(&b, "{\"event\": \"dropped\", \"count\": %llu, \"where\": \"ring buffer\"",
 		   (unsigned long long)dropped);

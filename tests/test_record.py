@@ -893,22 +893,31 @@ def test_cgroup_selects_the_processes_in_it(evmbpf, refs, tmp_path):
 def test_recorder_killed_targets_run_on(evmbpf, tmp_path):
     """SIGKILL to the recorder while a process it traces hangs mid-forward: the process
     is not left stopped, runs to its end (exit 0) once released, and no probe of the
-    recorder is left on it (its links went with its file descriptors)."""
+    recorder is left on it (its links went with its file descriptors): while it still
+    hangs, calling nothing, the breakpoint is gone from its code at slot_tp_call (a
+    uprobe the kernel failed to unregister would leave it there)."""
     wanted = tmp_path / WANTED
     wanted.mkdir()
     os.symlink(RECORD_ANY, wanted / "record_any.py")
     flag, resume = str(tmp_path / "hung"), str(tmp_path / "resume")
-    rec = Recorder(tmp_path / "traces", "--match", WANTED, pidfile=tmp_path / "pid")
+    rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid")
     proc = workload(str(wanted / "record_any.py"), env=clean_env(
         RECORD_HANG_AT=2, RECORD_FLAG=flag, RECORD_RESUME=resume, RECORD_PAUSE=300))
     try:
         wait_for_path(flag, 180, proc)
         assert f"attached to {proc.pid}" in rec.stderr(), rec.stderr()
+        line = next(ln for ln in rec.lines if "slot_tp_call at" in ln)
+        m = re.search(r"interpreter (\S+), slot_tp_call at \S+ .*file offset (0x[0-9a-f]+)",
+                      line)
+        assert m, line
+        exe, offset = m.group(1), int(m.group(2), 16)
+        assert code_byte(proc.pid, exe, offset) == 0xCC
         rec.snapshot_links()
         rec.proc.kill()
         rec.proc.wait(timeout=30)
         time.sleep(0.5)
         assert proc_state(proc.pid) not in ("T", "t"), "the target was left stopped"
+        assert code_byte(proc.pid, exe, offset) != 0xCC, "the breakpoint is still there"
         open(resume, "w").close()
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err[-2000:]

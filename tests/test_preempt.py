@@ -7,7 +7,7 @@ program ran on its CPU is dropped and counted. EVMBPF_PREEMPT_GUARD=1 turns the 
 where the kernel does not preempt: these tests check that it keeps every record of real
 runs (a check that misjudged would drop them). What they cannot make here is a
 preemption inside a program: this machine's kernel does not preempt its code, and its
-debugfs refuses to switch the model."""
+debugfs refuses to switch the model (lockdown)."""
 import json
 import os
 import subprocess

@@ -1,8 +1,9 @@
-/* The kernel's preemption model (preempt.h). Read, in order: debugfs's sched/preempt (a
- * PREEMPT_DYNAMIC kernel's mode now, "none voluntary (full) lazy": root with debugfs
- * mounted); the build's flags in uname's version ("SMP PREEMPT_DYNAMIC", "PREEMPT",
- * "PREEMPT_LAZY", "PREEMPT_RT": scripts/mkcompile_h names the model the kernel was built
- * with, PREEMPT for full); a dynamic kernel's preempt= on its command line. */
+/* The kernel's preemption model (preempt.h), from the build's flags in uname's version
+ * ("SMP PREEMPT_DYNAMIC", "PREEMPT", "PREEMPT_LAZY", "PREEMPT_RT": scripts/mkcompile_h
+ * names the model the kernel was built with, PREEMPT for full) and a dynamic kernel's
+ * preempt= on its command line. debugfs's sched/preempt would tell a mode switched
+ * later, but it is not opened: under lockdown each open leaves a line in the kernel's
+ * log ("debugfs access is restricted"), at every trace's start. */
 #include "preempt.h"
 
 #include <stdio.h>
@@ -19,22 +20,6 @@ static int mode_preempts(const char *mode)
 	if (!strcmp(mode, "full") || !strcmp(mode, "lazy"))
 		return KPREEMPT_YES;
 	return KPREEMPT_UNKNOWN;
-}
-
-/* The word in parentheses of debugfs's sched/preempt, or "" */
-static void debugfs_mode(char *mode, size_t cap)
-{
-	char line[128] = "";
-	mode[0] = 0;
-	FILE *f = fopen("/sys/kernel/debug/sched/preempt", "r");
-	if (!f)
-		return;
-	if (fgets(line, sizeof(line), f)) {
-		char *open = strchr(line, '('), *close = open ? strchr(open, ')') : NULL;
-		if (open && close && (size_t)(close - open) <= cap)
-			snprintf(mode, cap, "%.*s", (int)(close - open - 1), open + 1);
-	}
-	fclose(f);
 }
 
 /* preempt=MODE on the kernel's command line, or "" */
@@ -67,11 +52,6 @@ int kernel_preemption(char *how, size_t cap)
 {
 	char mode[32];
 	struct utsname u;
-	debugfs_mode(mode, sizeof(mode));
-	if (mode[0]) {
-		snprintf(how, cap, "%s (debugfs: sched/preempt)", mode);
-		return mode_preempts(mode);
-	}
 	if (uname(&u)) {
 		snprintf(how, cap, "unknown (uname failed)");
 		return KPREEMPT_UNKNOWN;
@@ -90,7 +70,7 @@ int kernel_preemption(char *how, size_t cap)
 			return mode_preempts(mode);
 		}
 		snprintf(how, cap, "%s (PREEMPT_DYNAMIC, the build's default: uname -v; a mode "
-			 "set later through debugfs is not seen)", built);
+			 "switched later through debugfs is not seen)", built);
 	} else {
 		snprintf(how, cap, "%s (uname -v)", built);
 	}

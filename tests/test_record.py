@@ -1726,7 +1726,7 @@ def test_a_burst_started_with_the_recorder(evmbpf, refs, tmp_path):
     where this machine's takes 15): the ranks' execs that come meanwhile are still held
     as they come, each attached before its `import torch` (the verifier runs off the
     loop; it used to hold the loop, and a rank that did its work meanwhile had no trace:
-    1 run in 10 on the KVM guest without the delay, every run with it)."""
+    1 run in 20 on the KVM guest without the delay, every run with it)."""
     wanted = wanted_folder(tmp_path, FAULT_MODEL)
     cgroup = memory_cgroup(f"evmbpf-test-oom-{os.getpid()}", 700 << 20)
     rec = Recorder(tmp_path / "traces", "-v", "--match", WANTED, pidfile=tmp_path / "pid",

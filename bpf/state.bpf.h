@@ -134,12 +134,10 @@ static __always_inline struct proc_state *ps_cur(void)
 	return &procs[cur[cpu].slot & (PROC_SLOTS - 1)];
 }
 
-
 /* The process's ring buffer (NULL: none: the record is dropped and counted) */
 static __always_inline void *ps_ring(struct proc_state *ps)
 {
-	if (preempt_guard &&
-	    cur[bpf_get_smp_processor_id() & (CUR_CPUS - 1)].id != bpf_get_current_pid_tgid()) {
+	if (preempt_guard && cur_pid_tgid() != bpf_get_current_pid_tgid()) {
 		__sync_fetch_and_add(&preempted_records, 1);
 		return NULL;
 	}

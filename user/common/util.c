@@ -47,6 +47,12 @@ void debugx(const char *fmt, ...)
 	va_end(ap);
 }
 
+bool str_ends_with(const char *s, const char *tail)
+{
+	size_t n = strlen(s), k = strlen(tail);
+	return n >= k && !strcmp(s + n - k, tail);
+}
+
 /* The size asked for is said: where a reader runs out, the trace holds something far
  * larger than it expects. Exit status 1, as any failed command, and no core dump. */
 static void oom(size_t n)

@@ -25,6 +25,8 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 /* The first n bytes of s, NUL-terminated. */
 char *xstrndup(const char *s, size_t n);
+/* Does s end with tail? */
+bool str_ends_with(const char *s, const char *tail);
 
 /* Growable byte buffer; its data is NUL-terminated once anything was appended. */
 struct buf {

@@ -75,19 +75,13 @@ struct node {
 	int job_dirs;              /* DIR/job-* folders */
 };
 
-static int ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && strcmp(s + n - k, suffix) == 0;
-}
-
 static char *join(const char *a, const char *b)
 {
 	struct buf p = { 0 };
 	if (!*a)
 		return xstrdup(b);
 	buf_puts(&p, a);
-	if (!ends_with(a, "/"))
+	if (!str_ends_with(a, "/"))
 		buf_putc(&p, '/');
 	buf_puts(&p, b);
 	return p.data;
@@ -137,7 +131,7 @@ static void walk(struct node *nd, const char *sub, int depth)
 				nd->job_dirs++;
 			if (depth < WALK_DEPTH)
 				walk(nd, rel, depth + 1);
-		} else if (ends_with(e->d_name, ".jsonl") && stat(full, &st) == 0 &&
+		} else if (str_ends_with(e->d_name, ".jsonl") && stat(full, &st) == 0 &&
 			   S_ISREG(st.st_mode)) {
 			add_trace(nd, rel, sub);
 		}

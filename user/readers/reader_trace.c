@@ -478,17 +478,10 @@ static char *path_join(const char *a, const char *b)
 	return out.data;
 }
 
-static int ends_with(const char *s, const char *tail)
-{
-	size_t n = strlen(s), m = strlen(tail);
-
-	return n >= m && strcmp(s + n - m, tail) == 0;
-}
-
 static int by_name(const void *a, const void *b)
 {
 	const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-	int tx = ends_with(x, "trace.jsonl"), ty = ends_with(y, "trace.jsonl");
+	int tx = str_ends_with(x, "trace.jsonl"), ty = str_ends_with(y, "trace.jsonl");
 
 	if (tx != ty)
 		return tx ? -1 : 1;
@@ -506,7 +499,7 @@ static char *first_trace(const char *run)
 	char *found = NULL;
 
 	while (d && (e = readdir(d))) {
-		if (!ends_with(e->d_name, ".jsonl"))
+		if (!str_ends_with(e->d_name, ".jsonl"))
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;

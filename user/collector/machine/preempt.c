@@ -60,8 +60,9 @@ int kernel_preemption(char *how, size_t cap)
 		snprintf(how, cap, "PREEMPT_RT (uname -v)");
 		return KPREEMPT_YES;
 	}
-	const char *built = has_word(u.version, "PREEMPT_LAZY") ? "lazy"
-			    : has_word(u.version, "PREEMPT") ? "full" : "none or voluntary";
+	int preempts = has_word(u.version, "PREEMPT_LAZY") || has_word(u.version, "PREEMPT");
+	const char *built = !preempts ? "none or voluntary"
+			    : has_word(u.version, "PREEMPT_LAZY") ? "lazy" : "full";
 	if (has_word(u.version, "PREEMPT_DYNAMIC")) {
 		cmdline_mode(mode, sizeof(mode));
 		if (mode[0]) {
@@ -74,7 +75,7 @@ int kernel_preemption(char *how, size_t cap)
 	} else {
 		snprintf(how, cap, "%s (uname -v)", built);
 	}
-	return strcmp(built, "none or voluntary") ? KPREEMPT_YES : KPREEMPT_NO;
+	return preempts ? KPREEMPT_YES : KPREEMPT_NO;
 }
 
 int preempt_guard_wanted(void)

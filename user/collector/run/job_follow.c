@@ -42,6 +42,21 @@ int pending_slot(struct job *j, pid_t pid, int add)
 	return -1;
 }
 
+/* pid held where it stands (a ptrace stop), its slot of the pending ones filled: attached
+ * in the loop (follow_pending_late), at once; -1 when there is no room. */
+static int pending_here(struct job *j, pid_t pid, uid_t uid)
+{
+	int i = pending_slot(j, pid, 1);
+	if (i < 0)
+		return -1;
+	closer_put(j->follow->pending[i].entry);
+	j->follow->pending[i].entry = NULL;
+	j->follow->pending[i].how = STOP_PTRACE;
+	j->follow->pending[i].uid = uid;
+	j->follow->pending[i].since_ns = 0;
+	return 0;
+}
+
 static void pending_drop(struct job *j, pid_t pid)
 {
 	int i = pending_slot(j, pid, 0);
@@ -70,19 +85,10 @@ static void resume(pid_t pid, pid_t tid, int how)
  * not be probed): a Python gets its session, anything else runs on, still followed. */
 static void follow_look(struct job *j, pid_t pid, pid_t tid, int how)
 {
-	if (j->follow->loading && how == STOP_PTRACE && !tid) {
-		/* a BPF object is being verified (follow_while_loading): no attach now; held
-		 * where it stands, attached in the loop (follow_pending_late) */
-		int i = pending_slot(j, pid, 1);
-		if (i >= 0) {
-			closer_put(j->follow->pending[i].entry);
-			j->follow->pending[i].entry = NULL;
-			j->follow->pending[i].how = how;
-			j->follow->pending[i].uid = node_proc_uid(pid);
-			j->follow->pending[i].since_ns = 0;
-			return;
-		}
-	}
+	/* a BPF object is being verified (follow_while_loading): no attach now; held where
+	 * it stands, attached in the loop */
+	if (j->follow->loading && how == STOP_PTRACE && !tid && !pending_here(j, pid, node_proc_uid(pid)))
+		return;
 	pending_drop(j, pid);
 	struct proc *p = NULL;
 	if (j->node ? record_wanted(&j->opts->record, j->node->match, pid) : target_is_python(pid)) {
@@ -216,17 +222,10 @@ int follow_node_exec(struct job *j, pid_t pid, uid_t uid)
 	int started = python_started(pid), in_loader = started ? 0 : proc_in_loader(pid);
 	if (started || !in_loader) {
 		/* attached in the loop (follow_pending_late), the ring's other execs held first */
-		int i = pending_slot(j, pid, 1);
 		debugx("%d exec'd %s: held past its entry point, attached there", pid,
 		       started ? "a Python" : "what may be a Python, out of its loader");
-		if (i < 0) {
+		if (pending_here(j, pid, uid))
 			follow_look(j, pid, 0, STOP_PTRACE);
-			return 1;
-		}
-		j->follow->pending[i].entry = NULL;
-		j->follow->pending[i].how = STOP_PTRACE;
-		j->follow->pending[i].uid = uid;
-		j->follow->pending[i].since_ns = 0;
 	} else {
 		debugx("%d exec'd what may be a Python: held until its entry point", pid);
 		hold_to_entry(j, pid, 0, STOP_PTRACE, uid);
@@ -270,11 +269,11 @@ static int follow_later(struct job *j, const struct follow_rec *r)
 		f->nlater -= f->head;
 		f->head = 0;
 	}
-	if (j->follow->nlater >= FOLLOW_LATER_MAX)
+	if (f->nlater >= FOLLOW_LATER_MAX)
 		return -1;
-	if (!j->follow->later)
-		j->follow->later = xcalloc(FOLLOW_LATER_MAX, sizeof(*r));
-	j->follow->later[j->follow->nlater++] = *r;
+	if (!f->later)
+		f->later = xcalloc(FOLLOW_LATER_MAX, sizeof(*r));
+	f->later[f->nlater++] = *r;
 	return 0;
 }
 

@@ -9,6 +9,10 @@
 #include "asuser.h"
 #include "procmem.h"
 
+/* Module.__call__'s file (torch 1.x's _call_impl, 2.x's _wrapped_call_impl around it), as
+ * the end of its code objects' co_filename */
+#define TORCH_MODULE_FILE "torch/nn/modules/module.py"
+
 #define MARKER_SITES_MAX 16
 
 struct target {

@@ -16,18 +16,16 @@
 #include "procstate.h"
 #include "util.h"
 
-/* Is this code object's file torch's torch/nn/modules/module.py? A name that cannot be
- * read as text: judged by the name alone, as the probes judge (bpf/bound.bpf.h). */
+/* Is this code object's file torch's TORCH_MODULE_FILE? A name that cannot be read as
+ * text: judged by the name alone, as the probes judge (bpf/bound.bpf.h). */
 static int code_in_torch_module(const struct pyreader *r, uint64_t code)
 {
-	static const char tail[] = "torch/nn/modules/module.py";
 	char file[PATH_MAX];
 	int err = 0;
 	uint64_t name = pm_u64(r, code + r->off->co_filename, &err);
 	if (err || py_str(r, name, file, sizeof(file)) < 0)
 		return 1;
-	size_t len = strlen(file), n = sizeof(tail) - 1;
-	return len >= n && !strcmp(file + len - n, tail);
+	return str_ends_with(file, TORCH_MODULE_FILE);
 }
 
 /* A function's code names one of want (co_names: an attribute or global loaded), its

@@ -163,10 +163,8 @@ void phase_stack_record(struct trace *t, const struct rec_stack *r)
 int trace_is_module_call(struct trace *t, uint64_t code, uint64_t first)
 {
 	static const char *const calls[] = { "Module._call_impl", "Module._wrapped_call_impl" };
-	static const char suffix[] = "torch/nn/modules/module.py";
 	const struct code_names *c = first ? code_names_of(t, code, first) : NULL;
-	size_t n = c ? strlen(c->filename) : 0;
-	if (!c || n < sizeof(suffix) - 1 || strcmp(c->filename + n - (sizeof(suffix) - 1), suffix))
+	if (!c || !str_ends_with(c->filename, TORCH_MODULE_FILE))
 		return 0;
 	for (size_t k = 0; k < sizeof(calls) / sizeof(calls[0]); k++)
 		if (!strcmp(c->qualname, calls[k]))

@@ -437,6 +437,36 @@ def cell_target(where, outdir=None):
     return chroot_target(where)
 
 
+def code_bytes(pid, exe, offsets):
+    """The bytes of the process's memory at these file offsets of its executable, by
+    offset (0xCC where a uprobe is placed: the kernel writes its breakpoint into the
+    process's page). An offset not mapped in the process is an AssertionError."""
+    real = os.path.realpath(exe)
+    maps = []
+    with open(f"/proc/{pid}/maps") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) >= 6 and os.path.realpath(parts[5]) == real:
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                maps.append((start, end, int(parts[2], 16)))
+    found = {}
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        for offset in offsets:
+            for start, end, base in maps:
+                if base <= offset < base + (end - start):
+                    mem.seek(start + offset - base)
+                    found[offset] = mem.read(1)[0]
+                    break
+            else:
+                raise AssertionError(f"{offset:#x} of {exe} is not mapped in {pid}")
+    return found
+
+
+def code_byte(pid, exe, offset):
+    """code_bytes at one offset."""
+    return code_bytes(pid, exe, [offset])[offset]
+
+
 def multi_links(pid):
     """The uprobe_multi links a process holds, from its descriptors' fdinfo (evmbpf makes
     each probe one where the kernel has them: session/uprobes.c), as bpftool perf list

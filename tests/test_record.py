@@ -30,7 +30,7 @@ from numeric_compare import compare_numeric
 
 from evmbpf_testlib import (EVMBPF, FULL_MATRIX, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS,
                             RUN_WORKLOAD, STANDIN, chroot_target, comparable, compare_traces,
-                            debug_registers, host_kwargs, links_on, load, perf_links,
+                            code_byte, debug_registers, host_kwargs, links_on, load, perf_links,
                             probes_left, proc_state, recorded_why, shared_folder, TEST_AIDS,
                             without_machine_notes)
 
@@ -1799,24 +1799,6 @@ sys.stdin.readline()
 sys.argv = [sys.argv[1], *sys.argv[2:]]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
-
-
-def code_byte(pid, exe, offset):
-    """The byte of the process's memory at this file offset of its executable (0xCC where
-    a uprobe is placed: the kernel writes its breakpoint into the process's page)."""
-    real = os.path.realpath(exe)
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            parts = line.split()
-            if len(parts) < 6 or os.path.realpath(parts[5]) != real:
-                continue
-            start, end = (int(x, 16) for x in parts[0].split("-"))
-            base = int(parts[2], 16)
-            if base <= offset < base + (end - start):
-                with open(f"/proc/{pid}/mem", "rb") as mem:
-                    mem.seek(start + offset - base)
-                    return mem.read(1)[0]
-    raise AssertionError(f"{offset:#x} of {exe} is not mapped in {pid}")
 
 
 def test_call_probes_wait_for_torch(evmbpf, refs, tmp_path):

@@ -19,6 +19,9 @@ int regex_test_main(void);
 /* x86-walk FILE FUNCTION [CALLEE] (x86_walk.c): the instructions x86insn.c finds in a
  * function of an ELF file, and its calls to CALLEE (callsites.c). */
 int x86_walk_main(int argc, char **argv);
+/* uprobe-close PATH PID helper|direct (uprobe_close.c): a link of many uprobes in PID
+ * closed while the aid SIGKILLs itself, by evmbpf's way (exitclose.h) or a plain close. */
+int uprobe_close_main(int argc, char **argv);
 /* in-loader PID (main.c): proc_in_loader's answer for PID, 1, 0 or -1 (procstate.h). */
 
 #endif

@@ -32,6 +32,8 @@ int main(int argc, char **argv)
 		return regex_test_main();
 	if ((argc == 4 || argc == 5) && !strcmp(argv[1], "x86-walk"))
 		return x86_walk_main(argc - 2, argv + 2);
+	if (argc >= 2 && !strcmp(argv[1], "uprobe-close"))
+		return uprobe_close_main(argc - 2, argv + 2);
 	if (argc == 3 && !strcmp(argv[1], "in-loader")) {
 		printf("%d\n", proc_in_loader((pid_t)atoi(argv[2])));
 		return 0;
@@ -44,6 +46,7 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "usage: evmbpf-test-aids cupti-replay | cupti-channel [-v] HARNESS FILE... |\n"
 			"       cupti-stats | regex-test | x86-walk FILE FUNCTION [CALLEE] |\n"
+			"       uprobe-close PATH PID helper|direct |\n"
 			"       in-loader PID | maps PID   (stdin to stdout; tests/aids/aids.h)\n");
 	return 2;
 }

@@ -172,6 +172,7 @@ void session_detach(struct session *s)
 	 * in any order, off the loop (closer.c) */
 	if (closer_on())
 		session_slot_hide(s);
+	probe_close_test_kill();
 	closer_put(s->torch_link);
 	s->torch_link = NULL;
 	for (int i = 0; i < s->nlinks; i++)

@@ -3,6 +3,7 @@
 #include "uprobes.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -11,6 +12,7 @@
 #include <linux/capability.h>
 #include <bpf/bpf.h>
 
+#include "exitclose.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -34,7 +36,7 @@ struct link_create_uprobe_multi {
 	uint8_t rest[64]; /* the rest of union bpf_attr's link_create, zero */
 };
 
-static int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n,
+int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n,
 			     int ret, pid_t pid)
 {
 	struct link_create_uprobe_multi a;
@@ -47,6 +49,28 @@ static int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs
 	a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
 	a.pid = pid > 0 ? (uint32_t)pid : 0;
 	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
+}
+
+static int kill_in_close;
+
+void probe_close_test_kill(void)
+{
+	kill_in_close = getenv("EVMBPF_TEST_KILL_IN_CLOSE") != NULL;
+}
+
+/* p's links closed, in a helper's exit where one can be made (exitclose.h: a SIGKILL of
+ * evmbpf's cannot leave a breakpoint behind in the target). */
+static void links_close(struct probe *p)
+{
+	struct exit_close *c = exit_close_begin();
+	while (p->nlink > 0)
+		bpf_link__destroy(p->link[--p->nlink]);
+	if (p->fd >= 0)
+		close(p->fd);
+	p->fd = -1;
+	if (c && kill_in_close)
+		kill(getpid(), SIGKILL);
+	exit_close_end(c);
 }
 
 struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid,
@@ -76,10 +100,8 @@ struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const
 				break;
 		}
 		err = errno;
-		if (p->nlink < n) { /* all or none */
-			while (p->nlink > 0)
-				bpf_link__destroy(p->link[--p->nlink]);
-		}
+		if (p->nlink < n) /* all or none */
+			links_close(p);
 	}
 	if (p->nlink || p->fd >= 0)
 		return p;
@@ -99,11 +121,19 @@ void probe_close(struct probe *p)
 {
 	if (!p)
 		return;
-	while (p->nlink > 0)
-		bpf_link__destroy(p->link[--p->nlink]);
-	if (p->fd >= 0)
-		close(p->fd);
+	links_close(p);
 	free(p);
+}
+
+int uprobe_multi_empty_prog(void)
+{
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, po,
+		    .expected_attach_type = (enum bpf_attach_type)UPROBE_MULTI_ATTACH);
+	return bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, 2, &po);
 }
 
 /* Does the kernel make uprobe_multi links? As libbpf asks: a program of that attach type
@@ -117,13 +147,7 @@ int uprobe_multi_usable(void)
 	have = 0;
 	if (no && *no == '1')
 		return have;
-	struct bpf_insn insns[] = {
-		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
-		{ .code = BPF_JMP | BPF_EXIT },
-	};
-	LIBBPF_OPTS(bpf_prog_load_opts, po,
-		    .expected_attach_type = (enum bpf_attach_type)UPROBE_MULTI_ATTACH);
-	int prog = bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, 2, &po);
+	int prog = uprobe_multi_empty_prog();
 	if (prog < 0)
 		return have;
 	uint64_t off0 = 0;

@@ -18,8 +18,18 @@ struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const 
 #define PROBE_PLACES_MAX 16
 struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			     const uint64_t *offs, int n, const char *what);
-/* Take the probe away (NULL: nothing), and free it. */
+/* A uprobe_multi link (ret: of uretprobes) on prog_fd at each of n offsets of path, for
+ * process pid (0: any): its fd, or -1 with errno (the kernel's, 6.6 and later). */
+int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
+		      pid_t pid);
+/* A program of the uprobe_multi attach type that does nothing: its fd, or -1. */
+int uprobe_multi_empty_prog(void);
+/* Take the probe away (NULL: nothing), and free it: its links closed in a helper's exit
+ * (exitclose.h). */
 void probe_close(struct probe *p);
+/* Tests only: with EVMBPF_TEST_KILL_IN_CLOSE set, the probe_close calls from now on
+ * SIGKILL evmbpf between its own closes and its helper's exit (session_detach arms it). */
+void probe_close_test_kill(void);
 
 /* Before the object is loaded: its uprobe and uretprobe programs made uprobe_multi
  * programs where the kernel has such links (6.6 and later), so that each probe is a link

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exitclose.h"
 #include "util.h"
 
 /* set when evmbpf is asked to stop (SIGINT, SIGTERM, SIGHUP): waits end early */
@@ -355,6 +356,8 @@ static void handle(pid_t tid, int status)
 {
 	struct thread *t = thread_of(tid);
 	if (WIFEXITED(status) || WIFSIGNALED(status)) {
+		if (!t && exit_close_reaped(tid))
+			return; /* a helper that closed links (exitclose.h): its own */
 		if (t)
 			t->state = T_GONE;
 		if (leader_of(tid) || !t) {

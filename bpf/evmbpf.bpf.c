@@ -365,6 +365,25 @@ int BPF_KPROBE(cuda_init_probe)
 	return cuda_init_seen();
 }
 
+/* A record of the target's processes and threads (struct rec_task_exit) into its ring. */
+static __always_inline void task_record(struct proc_state *ps, __u32 kind, __u32 pid,
+					__u32 tid, int code, int group_dead)
+{
+	struct rec_task_exit *r = ps_reserve(ps, sizeof(*r));
+	if (!r) {
+		__sync_fetch_and_add(&ps->dropped_records, 1);
+		return;
+	}
+	r->hdr.kind = kind;
+	r->hdr.size = sizeof(*r);
+	r->hdr.pid = pid;
+	r->hdr.tid = tid;
+	r->hdr.ts_ns = bpf_ktime_get_ns();
+	r->exit_code = code;
+	r->group_dead = group_dead;
+	bpf_ringbuf_submit(r, 0);
+}
+
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 {
@@ -384,19 +403,25 @@ int BPF_PROG(task_exit, struct task_struct *p, bool group_dead)
 	bpf_map_delete_elem(&markers, &tid);
 	bpf_map_delete_elem(&call_depth, &tid);
 	bpf_map_delete_elem(&host_exec, &tid);
-	struct rec_task_exit *r = ps_reserve(ps, sizeof(*r));
-	if (!r) {
-		__sync_fetch_and_add(&ps->dropped_records, 1);
+	task_record(ps, REC_TASK_EXIT, p->tgid, p->pid, p->exit_code, group_dead);
+	return 0;
+}
+
+/* The target forked a process (a DataLoader worker, the fork start method), not a thread
+ * nor a vfork child that shares its memory. The child's copy of the code has the target's
+ * breakpoints, and a uprobe_multi link for the target's pid runs nothing in it, yet the
+ * kernel keeps them there (a perf uprobe takes its own away at the first hit): the child
+ * would trap at each __call__ while evmbpf traces its parent. User space has them taken
+ * away (uprobes.c, probes_sweep). */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(task_fork, struct task_struct *parent, struct task_struct *child)
+{
+	if (parent->tgid == child->tgid || parent->mm == child->mm)
 		return 0;
-	}
-	r->hdr.kind = REC_TASK_EXIT;
-	r->hdr.size = sizeof(*r);
-	r->hdr.pid = p->tgid;
-	r->hdr.tid = p->pid;
-	r->hdr.ts_ns = bpf_ktime_get_ns();
-	r->exit_code = p->exit_code;
-	r->group_dead = group_dead;
-	bpf_ringbuf_submit(r, 0);
+	struct proc_state *ps = ps_slot(parent->tgid);
+	if (!ps)
+		return 0;
+	task_record(ps, REC_TASK_FORK, parent->tgid, child->tgid, 0, 0);
 	return 0;
 }
 
@@ -408,18 +433,6 @@ int BPF_PROG(task_exec, struct task_struct *p, pid_t old_pid, struct linux_binpr
 	struct proc_state *ps = ps_slot(p->tgid);
 	if (!ps)
 		return 0;
-	struct rec_task_exit *r = ps_reserve(ps, sizeof(*r));
-	if (!r) {
-		__sync_fetch_and_add(&ps->dropped_records, 1);
-		return 0;
-	}
-	r->hdr.kind = REC_TASK_EXEC;
-	r->hdr.size = sizeof(*r);
-	r->hdr.pid = p->tgid;
-	r->hdr.tid = p->pid;
-	r->hdr.ts_ns = bpf_ktime_get_ns();
-	r->exit_code = 0;
-	r->group_dead = 1;
-	bpf_ringbuf_submit(r, 0);
+	task_record(ps, REC_TASK_EXEC, p->tgid, p->pid, 0, 1);
 	return 0;
 }

@@ -49,6 +49,8 @@ enum rec_kind {
 				* probes go in now (REC_F_PTRACE: the thread is held for it) */
 	REC_PAIR = 26,     /* a leaf call: its REC_ENTER then its REC_EXIT, whole, one after the
 			    * other after this header (bpf/state.bpf.h, defer_flush) */
+	REC_TASK_FORK = 27, /* the target forked a process (struct rec_task_exit, hdr.tid the
+			     * child's pid): its copy of the code has the target's breakpoints */
 };
 
 /* One record a leaf call (bpf/state.bpf.h): the process's kept enter, in its defer

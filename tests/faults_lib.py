@@ -15,7 +15,7 @@ from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, comparable, link
 FORKSERVER = os.path.join(OWN_WORKLOADS, "forkserver.py")
 FAULT_MODEL = os.path.join(OWN_WORKLOADS, "fault_model.py")
 MODULES_PER_FORWARD = 18
-PROG_NAMES = {"call_enter", "call_exit", "exc_display", "task_exit", "task_exec",
+PROG_NAMES = {"call_enter", "call_exit", "exc_display", "task_exit", "task_exec", "task_fork",
               "marker_enter", "host_exec_enter", "host_exec_exit", "samples_watch",
               "bound_trap", "cuda_set_device"}  # names as bpftool shows them (15 bytes)
 

@@ -34,7 +34,7 @@ struct evm_object {
 	int verifying;             /* being loaded: no process may have it yet */
 	unsigned id;
 	uint64_t idle_since;       /* kept with no process: when its last one went (0: has one) */
-	struct bpf_link *links[2]; /* sched_process_exit and _exec: one each for all */
+	struct bpf_link *links[3]; /* sched_process_exit, _exec and _fork: one each for all */
 	uint8_t used[PROC_SLOTS];
 	struct evm_object *next;
 };
@@ -265,7 +265,7 @@ static int object_load_new(struct session *s, struct evmbpf_bpf *skel)
 
 static void object_free(struct evm_object *o)
 {
-	for (int i = 0; i < 2; i++)
+	for (size_t i = 0; i < sizeof(o->links) / sizeof(o->links[0]); i++)
 		bpf_link__destroy(o->links[i]);
 	evmbpf_bpf__destroy(o->skel);
 	for (struct evm_object **p = &objects; *p; p = &(*p)->next)
@@ -296,12 +296,14 @@ static struct evm_object *object_open(struct session *s)
 		object_free(o);
 		return NULL;
 	}
-	struct bpf_program *progs[2] = { skel->progs.task_exit, skel->progs.task_exec };
-	for (int i = 0; i < 2; i++) {
+	struct bpf_program *progs[3] = { skel->progs.task_exit, skel->progs.task_exec,
+					 skel->progs.task_fork };
+	static const char *const tps[3] = { "sched_process_exit", "sched_process_exec",
+					    "sched_process_fork" };
+	for (int i = 0; i < 3; i++) {
 		o->links[i] = bpf_program__attach(progs[i]);
 		if (!o->links[i]) {
-			warnx_("cannot attach to %s: %s",
-			       i ? "sched_process_exec" : "sched_process_exit", strerror(errno));
+			warnx_("cannot attach to %s: %s", tps[i], strerror(errno));
 			object_free(o);
 			return NULL;
 		}

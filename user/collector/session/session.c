@@ -28,6 +28,7 @@
 #include "outpattern.h"
 #include "privileges.h"
 #include "procstate.h"
+#include "uprobes.h"
 #include "util.h"
 #include "watchdog.h"
 
@@ -70,6 +71,10 @@ int session_record(void *ctx, void *data, size_t size)
 	    h->pid == (uint32_t)s->target.pid) {
 		s->ended = s->execed = 1;
 		s->exit_code = -1;
+		return 0;
+	}
+	if (h->kind == REC_TASK_FORK) { /* its child keeps the breakpoints: taken away */
+		probes_sweep((pid_t)h->pid);
 		return 0;
 	}
 	if (size >= sizeof(struct rec_task_exit) && h->kind == REC_TASK_EXIT) {

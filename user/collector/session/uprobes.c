@@ -3,6 +3,7 @@
 #include "uprobes.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,48 @@ struct probe {
 	struct bpf_link *link[PROBE_PLACES_MAX]; /* perf events' (libbpf's), or NULL */
 	int nlink;
 	int fd;                /* a uprobe_multi link's (all its places), or -1 */
+	/* a uprobe_multi link's places, for probes_sweep: in `live` while fd is open */
+	pid_t pid;
+	char *path;
+	uint64_t offs[PROBE_PLACES_MAX];
+	int n;
+	struct probe *next;
 };
+
+/* probes_sweep's: every open uprobe_multi probe; the processes whose forks are to be swept
+ * (SWEEP_PIDS, or all of them once that is full); whether its thread runs */
+#define SWEEP_PIDS 64
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct probe *live;
+static pid_t sweep_pids[SWEEP_PIDS];
+static int nsweep, sweep_all, sweeping;
+
+static void live_add(struct probe *p, pid_t pid, const char *path, const uint64_t *offs, int n)
+{
+	p->pid = pid;
+	p->path = xstrdup(path);
+	memcpy(p->offs, offs, (size_t)n * sizeof(*offs));
+	p->n = n;
+	pthread_mutex_lock(&live_mu);
+	p->next = live;
+	live = p;
+	pthread_mutex_unlock(&live_mu);
+}
+
+static void live_remove(struct probe *p)
+{
+	if (!p->path)
+		return;
+	pthread_mutex_lock(&live_mu);
+	for (struct probe **q = &live; *q; q = &(*q)->next)
+		if (*q == p) {
+			*q = p->next;
+			break;
+		}
+	pthread_mutex_unlock(&live_mu);
+	free(p->path);
+	p->path = NULL;
+}
 
 /* The kernel's uprobe_multi link (Linux 6.6; include/uapi/linux/bpf.h): libbpf makes one
  * from 1.3 on (bpf_program__attach_uprobe_multi), Debian bookworm's is 1.1, and its
@@ -91,6 +133,8 @@ struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const
 		   (enum bpf_attach_type)UPROBE_MULTI_ATTACH) {
 		p->fd = uprobe_multi_link(bpf_program__fd(prog), path, offs, n, ret, pid);
 		err = errno;
+		if (p->fd >= 0 && pid > 0)
+			live_add(p, pid, path, offs, n);
 	} else {
 		LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
 		for (; p->nlink < n; p->nlink++) {
@@ -121,6 +165,7 @@ void probe_close(struct probe *p)
 {
 	if (!p)
 		return;
+	live_remove(p);
 	links_close(p);
 	free(p);
 }
@@ -134,6 +179,103 @@ int uprobe_multi_empty_prog(void)
 	LIBBPF_OPTS(bpf_prog_load_opts, po,
 		    .expected_attach_type = (enum bpf_attach_type)UPROBE_MULTI_ATTACH);
 	return bpf_prog_load(BPF_PROG_TYPE_KPROBE, NULL, "GPL", insns, 2, &po);
+}
+
+/* One sweep: for each place of the probes asked for, a link of a program that does
+ * nothing, closed at once. Its unregistration takes the breakpoint away from every
+ * process that maps the file and that no other link wants: the forks. */
+struct sweep_place {
+	pid_t pid;
+	char *path;
+	uint64_t offs[PROBE_PLACES_MAX];
+	int n;
+};
+
+static void sweep_places(struct sweep_place *todo, size_t n)
+{
+	int prog = uprobe_multi_empty_prog();
+	if (prog < 0) {
+		debugx("forks' breakpoints not taken away: no program (%s)", strerror(errno));
+		return;
+	}
+	int *fds = xcalloc(n ? n : 1, sizeof(*fds));
+	size_t nfd = 0;
+	for (size_t i = 0; i < n; i++) {
+		int fd = uprobe_multi_link(prog, todo[i].path, todo[i].offs, todo[i].n, 0, todo[i].pid);
+		if (fd >= 0)
+			fds[nfd++] = fd;
+	}
+	struct exit_close *c = exit_close_begin();
+	for (size_t i = 0; i < nfd; i++)
+		close(fds[i]);
+	close(prog);
+	exit_close_end(c);
+	free(fds);
+	debugx("the breakpoints forks of %d inherited: taken away (%zu of %zu probes)",
+	       n ? todo[0].pid : 0, nfd, n);
+}
+
+static void *sweep_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&live_mu);
+	while (nsweep || sweep_all) {
+		struct sweep_place *todo = NULL;
+		size_t n = 0, cap = 0;
+		for (struct probe *p = live; p; p = p->next) {
+			int wanted = sweep_all;
+			for (int i = 0; i < nsweep && !wanted; i++)
+				wanted = sweep_pids[i] == p->pid;
+			if (!wanted)
+				continue;
+			if (n == cap) {
+				cap = cap ? cap * 2 : 16;
+				todo = xrealloc(todo, cap * sizeof(*todo));
+			}
+			todo[n].pid = p->pid;
+			todo[n].path = xstrdup(p->path);
+			memcpy(todo[n].offs, p->offs, sizeof(p->offs));
+			todo[n++].n = p->n;
+		}
+		nsweep = sweep_all = 0;
+		pthread_mutex_unlock(&live_mu);
+		sweep_places(todo, n);
+		for (size_t i = 0; i < n; i++)
+			free(todo[i].path);
+		free(todo);
+		pthread_mutex_lock(&live_mu);
+	}
+	sweeping = 0;
+	pthread_mutex_unlock(&live_mu);
+	return NULL;
+}
+
+void probes_sweep(pid_t pid)
+{
+	if (!uprobe_multi_usable())
+		return; /* perf uprobes: a fork's breakpoint goes at its first hit */
+	pthread_mutex_lock(&live_mu);
+	int i;
+	for (i = 0; i < nsweep && sweep_pids[i] != pid; i++)
+		;
+	if (i == nsweep) {
+		if (nsweep < SWEEP_PIDS)
+			sweep_pids[nsweep++] = pid;
+		else
+			sweep_all = 1;
+	}
+	if (!sweeping) {
+		pthread_t t;
+		pthread_attr_t a;
+		pthread_attr_init(&a);
+		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+		if (!pthread_create(&t, &a, sweep_main, NULL))
+			sweeping = 1;
+		else /* tried again at the next fork */
+			debugx("forks' breakpoints not taken away: no thread (%s)", strerror(errno));
+		pthread_attr_destroy(&a);
+	}
+	pthread_mutex_unlock(&live_mu);
 }
 
 /* Does the kernel make uprobe_multi links? As libbpf asks: a program of that attach type

@@ -22,6 +22,13 @@ struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const
  * process pid (0: any): its fd, or -1 with errno (the kernel's, 6.6 and later). */
 int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
 		      pid_t pid);
+/* pid forked: the child's copy of pid's code has pid's breakpoints, which a uprobe_multi
+ * link keeps there (it runs nothing in the child; the kernel takes a perf uprobe's away
+ * at the child's first hit), so the child would trap at each hit for as long as pid is
+ * traced. Taken away off the caller's thread: a link of an empty program at the places of
+ * each of pid's probes, closed at once; its unregistration takes the breakpoints away from
+ * every process no link wants, and leaves pid's. Forks coming meanwhile are swept after. */
+void probes_sweep(pid_t pid);
 /* A program of the uprobe_multi attach type that does nothing: its fd, or -1. */
 int uprobe_multi_empty_prog(void);
 /* Take the probe away (NULL: nothing), and free it: its links closed in a helper's exit

@@ -462,6 +462,13 @@ def code_bytes(pid, exe, offsets):
     return found
 
 
+def slot_tp_call_place(text):
+    """(the interpreter's path, slot_tp_call's file offset) from evmbpf -v's lines."""
+    m = re.search(r"interpreter (\S+), slot_tp_call at \S+ .*file offset (0x[0-9a-f]+)", text)
+    assert m, text
+    return m.group(1), int(m.group(2), 16)
+
+
 def code_byte(pid, exe, offset):
     """code_bytes at one offset."""
     return code_bytes(pid, exe, [offset])[offset]

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, RUN_WORKLOAD, Attached, code_byte,
-                            proc_state, wait_for_line)
+                            proc_state, slot_tp_call_place, wait_for_line)
 from faults_lib import (open_stack, read_jsonl)
 
 pytestmark = pytest.mark.root
@@ -65,9 +65,7 @@ def test_an_untraced_fork_keeps_no_breakpoint(evmbpf, mode, tmp_path, monkeypatc
         tracer, pid = run.tracer, run.pid
         seen = wait_for_line(tracer.stderr, "slot_tp_call at", 60)
         run.release()
-    m = re.search(r"interpreter (\S+), slot_tp_call at \S+ .*file offset (0x[0-9a-f]+)", seen)
-    assert m, seen
-    exe, offset = m.group(1), int(m.group(2), 16)
+    exe, offset = slot_tp_call_place(seen)
     try:
         deadline = time.monotonic() + 120
         while not os.listdir(folder):

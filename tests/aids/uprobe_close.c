@@ -16,6 +16,7 @@
 
 #include "elfsym.h"
 #include "exitclose.h"
+#include "linkserver.h"
 #include "uprobes.h"
 
 #define PLACES_MAX 2000

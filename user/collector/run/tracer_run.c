@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include "drivers.h"
+#include "linkserver.h"
 #include "privileges.h"
 #include "probes.h"
 #include "watchdog.h"
@@ -31,6 +32,7 @@ int tracer_run(const struct tracer_opts *opts)
 		return 1;
 	libbpf_set_print(evmbpf_libbpf_print);
 	install_signals();
+	link_server_start(); /* before any thread: links made where evmbpf's SIGKILL cannot reach */
 	int rc = run_job(opts);
 	watchdog_stop();
 	return rc;

@@ -14,6 +14,7 @@
 #include <bpf/bpf.h>
 
 #include "exitclose.h"
+#include "linkserver.h"
 #include "privileges.h"
 #include "procstate.h"
 #include "util.h"
@@ -65,33 +66,8 @@ static void live_remove(struct probe *p)
 	p->path = NULL;
 }
 
-/* The kernel's uprobe_multi link (Linux 6.6; include/uapi/linux/bpf.h): libbpf makes one
- * from 1.3 on (bpf_program__attach_uprobe_multi), Debian bookworm's is 1.1, and its
- * headers (Linux 6.1) have neither the attach type nor the attribute, so both are
- * spelled here as the kernel has them. */
-#define UPROBE_MULTI_ATTACH 48 /* BPF_TRACE_UPROBE_MULTI */
-#define UPROBE_MULTI_RETURN 1u /* BPF_F_UPROBE_MULTI_RETURN */
-struct link_create_uprobe_multi {
-	uint32_t prog_fd, target_fd, attach_type, flags;
-	uint64_t path, offsets, ref_ctr_offsets, cookies;
-	uint32_t cnt, multi_flags, pid;
-	uint8_t rest[64]; /* the rest of union bpf_attr's link_create, zero */
-};
-
-int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n,
-			     int ret, pid_t pid)
-{
-	struct link_create_uprobe_multi a;
-	memset(&a, 0, sizeof(a));
-	a.prog_fd = (uint32_t)prog_fd;
-	a.attach_type = UPROBE_MULTI_ATTACH;
-	a.path = (uint64_t)(uintptr_t)path;
-	a.offsets = (uint64_t)(uintptr_t)offs;
-	a.cnt = (uint32_t)n;
-	a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
-	a.pid = pid > 0 ? (uint32_t)pid : 0;
-	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
-}
+/* BPF_TRACE_UPROBE_MULTI, as linkserver.c spells it (Debian bookworm's headers lack it) */
+#define UPROBE_MULTI_ATTACH 48
 
 static int kill_in_close;
 

@@ -18,10 +18,6 @@ struct probe *attach_uprobe(struct bpf_program *prog, int ret, pid_t pid, const 
 #define PROBE_PLACES_MAX 16
 struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const char *path,
 			     const uint64_t *offs, int n, const char *what);
-/* A uprobe_multi link (ret: of uretprobes) on prog_fd at each of n offsets of path, for
- * process pid (0: any): its fd, or -1 with errno (the kernel's, 6.6 and later). */
-int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
-		      pid_t pid);
 /* pid forked: the child's copy of pid's code has pid's breakpoints, which a uprobe_multi
  * link keeps there (it runs nothing in the child; the kernel takes a perf uprobe's away
  * at the child's first hit), so the child would trap at each hit for as long as pid is

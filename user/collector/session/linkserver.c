@@ -1,0 +1,212 @@
+/* uprobe_multi links made by a process of their own (linkserver.h). */
+#include "linkserver.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/bpf.h>
+
+#include "util.h"
+
+/* The kernel's uprobe_multi link (Linux 6.6; include/uapi/linux/bpf.h): libbpf makes one
+ * from 1.3 on (bpf_program__attach_uprobe_multi), Debian bookworm's is 1.1, and its
+ * headers (Linux 6.1) have neither the attach type nor the attribute, so both are
+ * spelled here as the kernel has them. */
+#define UPROBE_MULTI_ATTACH 48 /* BPF_TRACE_UPROBE_MULTI */
+#define UPROBE_MULTI_RETURN 1u /* BPF_F_UPROBE_MULTI_RETURN */
+struct link_create_uprobe_multi {
+	uint32_t prog_fd, target_fd, attach_type, flags;
+	uint64_t path, offsets, ref_ctr_offsets, cookies;
+	uint32_t cnt, multi_flags, pid;
+	uint8_t rest[64]; /* the rest of union bpf_attr's link_create, zero */
+};
+
+int uprobe_multi_link_here(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
+			   pid_t pid)
+{
+	struct link_create_uprobe_multi a;
+	memset(&a, 0, sizeof(a));
+	a.prog_fd = (uint32_t)prog_fd;
+	a.attach_type = UPROBE_MULTI_ATTACH;
+	a.path = (uint64_t)(uintptr_t)path;
+	a.offsets = (uint64_t)(uintptr_t)offs;
+	a.cnt = (uint32_t)n;
+	a.multi_flags = ret ? UPROBE_MULTI_RETURN : 0;
+	a.pid = pid > 0 ? (uint32_t)pid : 0;
+	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
+}
+
+/* A request (the program's fd rides with it) and its answer (the link's fd with it). */
+struct link_request {
+	int32_t ret, pid, n;
+	uint64_t offs[LINK_SERVER_PLACES];
+	char path[PATH_MAX];
+};
+struct link_answer {
+	int32_t err; /* 0: the link's fd rides with it */
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int server = -1; /* evmbpf's end of the socket pair */
+static int kill_in_attach; /* EVMBPF_TEST_KILL_IN_ATTACH (tests only) */
+
+/* One message with at most one fd riding (SCM_RIGHTS): sent, or received (*fd: -1 if none). */
+static ssize_t send_fd(int sock, const void *data, size_t len, int fd)
+{
+	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		memset(&c, 0, sizeof(c));
+		m.msg_control = c.buf;
+		m.msg_controllen = sizeof(c.buf);
+		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+		h->cmsg_level = SOL_SOCKET;
+		h->cmsg_type = SCM_RIGHTS;
+		h->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(h), &fd, sizeof(int));
+	}
+	ssize_t r;
+	while ((r = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return r;
+}
+
+static ssize_t recv_fd(int sock, void *data, size_t len, int *fd)
+{
+	struct iovec iov = { .iov_base = data, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} c;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf,
+			    .msg_controllen = sizeof(c.buf) };
+	ssize_t r;
+	while ((r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	*fd = -1;
+	for (struct cmsghdr *h = r > 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
+		    h->cmsg_len >= CMSG_LEN(sizeof(int)))
+			memcpy(fd, CMSG_DATA(h), sizeof(int));
+	return r;
+}
+
+/* The server: a request at a time until evmbpf's end closes. It writes nothing but its
+ * answers. A test hook (EVMBPF_TEST_LINK_SLOW_MS, read at the fork) makes each link wait
+ * first, so that a test can kill evmbpf while its link is being made. */
+static __attribute__((noreturn)) void serve(int sock, unsigned slow_ms)
+{
+	static struct link_request q;
+	for (;;) {
+		int prog;
+		ssize_t r = recv_fd(sock, &q, sizeof(q), &prog);
+		if (r <= 0)
+			_exit(0);
+		struct link_answer a = { .err = EINVAL };
+		int fd = -1;
+		if (prog >= 0 && r == (ssize_t)sizeof(q) && q.n > 0 && q.n <= LINK_SERVER_PLACES) {
+			q.path[sizeof(q.path) - 1] = 0;
+			if (slow_ms)
+				usleep(slow_ms * 1000);
+			fd = uprobe_multi_link_here(prog, q.path, q.offs, q.n, q.ret, q.pid);
+			a.err = fd < 0 ? errno : 0;
+		}
+		if (prog >= 0)
+			close(prog);
+		send_fd(sock, &a, sizeof(a), fd);
+		if (fd >= 0) /* handed over (or evmbpf is gone: the uprobes go here) */
+			close(fd);
+	}
+}
+
+int link_server_start(void)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		debugx("no link server (%s): links are made by evmbpf's threads", strerror(errno));
+		return -1;
+	}
+	const char *slow = getenv("EVMBPF_TEST_LINK_SLOW_MS"); /* tests only */
+	kill_in_attach = getenv("EVMBPF_TEST_KILL_IN_ATTACH") != NULL;
+	unsigned slow_ms = slow ? (unsigned)atoi(slow) : 0;
+	pid_t mid = fork();
+	if (mid == 0) {
+		/* between the two forks: the server is nobody's child of evmbpf's */
+		if (fork() == 0) {
+			setsid();
+			sigset_t all;
+			sigfillset(&all);
+			sigprocmask(SIG_BLOCK, &all, NULL);
+			prctl(PR_SET_NAME, "evmbpf-links", 0, 0, 0);
+			int keep = sv[1];
+			syscall(SYS_close_range, 0, keep - 1, 0);
+			syscall(SYS_close_range, keep + 1, ~0U, 0);
+			serve(keep, slow_ms);
+		}
+		_exit(0);
+	}
+	close(sv[1]);
+	if (mid < 0) {
+		debugx("no link server (fork: %s): links are made by evmbpf's threads",
+		       strerror(errno));
+		close(sv[0]);
+		return -1;
+	}
+	while (waitpid(mid, NULL, 0) < 0 && errno == EINTR)
+		;
+	server = sv[0];
+	return 0;
+}
+
+int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
+		      pid_t pid)
+{
+	static struct link_request q;
+	pthread_mutex_lock(&mu);
+	if (server < 0 || n < 1 || n > LINK_SERVER_PLACES || strlen(path) >= sizeof(q.path)) {
+		pthread_mutex_unlock(&mu);
+		return uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid);
+	}
+	memset(&q, 0, sizeof(q));
+	q.ret = ret;
+	q.pid = pid > 0 ? pid : 0;
+	q.n = n;
+	memcpy(q.offs, offs, (size_t)n * sizeof(*offs));
+	strcpy(q.path, path);
+	struct link_answer a;
+	int fd = -1;
+	int sent = send_fd(server, &q, sizeof(q), prog_fd) == (ssize_t)sizeof(q);
+	if (sent && kill_in_attach && pid > 0) /* tests only: evmbpf dies while its link is made */
+		kill(getpid(), SIGKILL);
+	if (!sent || recv_fd(server, &a, sizeof(a), &fd) != (ssize_t)sizeof(a)) {
+		/* the server is gone: links are made here from now on */
+		debugx("the link server is gone (%s): links are made by evmbpf's threads",
+		       strerror(errno));
+		close(server);
+		server = -1;
+		if (fd >= 0)
+			close(fd);
+		pthread_mutex_unlock(&mu);
+		return uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid);
+	}
+	pthread_mutex_unlock(&mu);
+	if (a.err || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		errno = a.err ? a.err : EPROTO;
+		return -1;
+	}
+	return fd;
+}

@@ -113,14 +113,14 @@ def test_a_sigkill_mid_close_leaves_no_breakpoint(tmp_path):
     assert stayed == 0 and lines == 0
 
 
-def probes_gone_and_runs_on(run, exe, offset, log):
+def probes_gone_and_runs_on(run, exe, offset, log, since):
     """After evmbpf's death: within 20 s no link server is left and the waiting target's
     slot_tp_call holds its own instruction, no uprobe_multi link is on it; released, it
     runs to its end; the kernel logged no leak."""
     deadline = time.monotonic() + 20
-    while servers() or code_byte(run.pid, exe, offset) == 0xCC:
+    while servers(since) or code_byte(run.pid, exe, offset) == 0xCC:
         assert time.monotonic() < deadline, \
-            f"servers {servers()}, byte {code_byte(run.pid, exe, offset):#x}"
+            f"servers {servers(since)}, byte {code_byte(run.pid, exe, offset):#x}"
         time.sleep(0.05)
     assert not multi_links(run.pid)
     run.release()
@@ -134,7 +134,7 @@ def test_evmbpf_killed_while_it_detaches(tmp_path, monkeypatch):
     probes away. While the target still waits to start, its slot_tp_call holds its own
     instruction again; then it runs to its end."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
-    log = KernelLog()
+    log, since = KernelLog(), uptime_ticks() - 1
     monkeypatch.setenv("EVMBPF_TEST_KILL_IN_CLOSE", "1")
     run = Attached(workload, str(tmp_path / "t.jsonl"), evmbpf_args=["-v"])
     try:
@@ -142,7 +142,7 @@ def test_evmbpf_killed_while_it_detaches(tmp_path, monkeypatch):
         assert code_byte(run.pid, exe, offset) == 0xCC
         run.tracer.send_signal(signal.SIGINT)
         assert run.tracer.wait(timeout=60) == -signal.SIGKILL, run.tracer.stderr.read()
-        probes_gone_and_runs_on(run, exe, offset, log)
+        probes_gone_and_runs_on(run, exe, offset, log, since)
     finally:
         if run.target.poll() is None:
             run.target.kill()
@@ -162,28 +162,39 @@ def test_evmbpf_killed_while_it_attaches(tmp_path, monkeypatch):
         run.tracer.send_signal(signal.SIGINT)
         assert run.tracer.wait(timeout=60) == 0
         assert code_byte(run.pid, exe, offset) != 0xCC
-        log = KernelLog()
+        log, since = KernelLog(), uptime_ticks() - 1
         monkeypatch.setenv("EVMBPF_TEST_KILL_IN_ATTACH", "1")
         monkeypatch.setenv("EVMBPF_TEST_LINK_SLOW_MS", "500")
         tracer = subprocess.Popen([EVMBPF, "--pid", str(run.pid), "--out",
                                    str(tmp_path / "t.jsonl")], stderr=subprocess.PIPE, text=True)
         assert tracer.wait(timeout=60) == -signal.SIGKILL, tracer.stderr.read()
-        probes_gone_and_runs_on(run, exe, offset, log)
+        probes_gone_and_runs_on(run, exe, offset, log, since)
     finally:
         if run.target.poll() is None:
             run.target.kill()
             run.target.wait()
 
 
-def servers():
-    """The link servers running (their name is evmbpf-links)."""
+def uptime_ticks():
+    """Clock ticks since boot, as /proc/PID/stat counts a process's start."""
+    with open("/proc/uptime") as handle:
+        return float(handle.read().split()[0]) * os.sysconf("SC_CLK_TCK")
+
+
+def servers(since=0):
+    """The link servers (named evmbpf-links) that started after `since` (uptime_ticks()):
+    a server of another evmbpf still running is not this test's."""
     found = []
     for entry in os.listdir("/proc"):
         try:
             with open(f"/proc/{entry}/comm") as handle:
-                if handle.read().strip() == "evmbpf-links":
-                    found.append(int(entry))
-        except (OSError, ValueError):
+                if handle.read().strip() != "evmbpf-links":
+                    continue
+            with open(f"/proc/{entry}/stat") as handle:
+                start = int(handle.read().rsplit(")", 1)[1].split()[19])
+            if start >= since:
+                found.append(int(entry))
+        except (OSError, ValueError, IndexError):
             continue
     return found
 
@@ -197,7 +208,7 @@ def test_killed_at_the_samples_hold(tmp_path, monkeypatch):
     monkeypatch.setenv("EVMBPF_TEST_HOLD_DELAY_MS", "4000")
     leaks = 0
     for trial in range(3):
-        log = KernelLog()
+        log, since = KernelLog(), uptime_ticks() - 1
         run = Attached(workload, str(tmp_path / f"t{trial}.jsonl"))
         run.release()
         deadline = time.monotonic() + 30
@@ -208,7 +219,7 @@ def test_killed_at_the_samples_hold(tmp_path, monkeypatch):
         run.tracer.wait()
         assert run.target.wait(timeout=120) == 0, run.target.stderr.read()
         deadline = time.monotonic() + 10
-        while servers() and time.monotonic() < deadline:
+        while servers(since) and time.monotonic() < deadline:
             time.sleep(0.05)
         leaks += log.leaks()
     assert leaks == 0

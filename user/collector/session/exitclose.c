@@ -42,8 +42,8 @@ static struct {
 
 /* The helper. It shares evmbpf's memory and its thread's TLS, so it calls nothing but
  * syscall(2) (which touches errno only on an error: none here, every signal blocked) and
- * writes nothing of evmbpf's (its byte is on its own stack). It ends with exit_group: from then on signals sent to it are dropped,
- * so its exit path's closes finish. */
+ * writes nothing of evmbpf's (its byte is on its own stack). It ends with exit_group:
+ * from then on signals sent to it are dropped, so its exit path's closes finish. */
 static int helper_main(void *arg)
 {
 	const struct exit_close *c = arg;

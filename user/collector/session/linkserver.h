@@ -5,7 +5,7 @@
  * (-EINTR); the kernel then takes back what it placed, and that fails the same way: the
  * breakpoint stays in the target ("failed to unregister, leaking uprobe"), which traps at
  * each hit for the rest of its life. evmbpf killed at a hold's start, where it places the
- * phase-marker probe, left one so 4 times in 4 (tests/test_exitclose.py).
+ * phase-marker probe, left one so in 4 kills of 6 (docs/design.md, tests/test_exitclose.py).
  *
  * So the links are made by a server: a process forked when evmbpf starts (before any
  * thread), in a session of its own (a terminal's ^C is not for it), every signal blocked,

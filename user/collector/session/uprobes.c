@@ -19,15 +19,19 @@
 #include "procstate.h"
 #include "util.h"
 
-struct probe {
-	struct bpf_link *link[PROBE_PLACES_MAX]; /* perf events' (libbpf's), or NULL */
-	int nlink;
-	int fd;                /* a uprobe_multi link's (all its places), or -1 */
-	/* a uprobe_multi link's places, for probes_sweep: in `live` while fd is open */
+/* Where a uprobe_multi link is: what probes_sweep needs to make one at the same places. */
+struct places {
 	pid_t pid;
 	char *path;
 	uint64_t offs[PROBE_PLACES_MAX];
 	int n;
+};
+
+struct probe {
+	struct bpf_link *link[PROBE_PLACES_MAX]; /* perf events' (libbpf's), or NULL */
+	int nlink;
+	int fd;                /* a uprobe_multi link's (all its places), or -1 */
+	struct places at;      /* the link's places: in `live` while fd is open */
 	struct probe *next;
 };
 
@@ -41,10 +45,10 @@ static int nsweep, sweep_all, sweeping;
 
 static void live_add(struct probe *p, pid_t pid, const char *path, const uint64_t *offs, int n)
 {
-	p->pid = pid;
-	p->path = xstrdup(path);
-	memcpy(p->offs, offs, (size_t)n * sizeof(*offs));
-	p->n = n;
+	p->at.pid = pid;
+	p->at.path = xstrdup(path);
+	memcpy(p->at.offs, offs, (size_t)n * sizeof(*offs));
+	p->at.n = n;
 	pthread_mutex_lock(&live_mu);
 	p->next = live;
 	live = p;
@@ -53,7 +57,7 @@ static void live_add(struct probe *p, pid_t pid, const char *path, const uint64_
 
 static void live_remove(struct probe *p)
 {
-	if (!p->path)
+	if (!p->at.path)
 		return;
 	pthread_mutex_lock(&live_mu);
 	for (struct probe **q = &live; *q; q = &(*q)->next)
@@ -62,8 +66,8 @@ static void live_remove(struct probe *p)
 			break;
 		}
 	pthread_mutex_unlock(&live_mu);
-	free(p->path);
-	p->path = NULL;
+	free(p->at.path);
+	p->at.path = NULL;
 }
 
 /* BPF_TRACE_UPROBE_MULTI, as linkserver.c spells it (Debian bookworm's headers lack it) */
@@ -160,14 +164,7 @@ int uprobe_multi_empty_prog(void)
 /* One sweep: for each place of the probes asked for, a link of a program that does
  * nothing, closed at once. Its unregistration takes the breakpoint away from every
  * process that maps the file and that no other link wants: the forks. */
-struct sweep_place {
-	pid_t pid;
-	char *path;
-	uint64_t offs[PROBE_PLACES_MAX];
-	int n;
-};
-
-static void sweep_places(struct sweep_place *todo, size_t n)
+static void sweep_places(struct places *todo, size_t n)
 {
 	int prog = uprobe_multi_empty_prog();
 	if (prog < 0) {
@@ -196,22 +193,20 @@ static void *sweep_main(void *arg)
 	(void)arg;
 	pthread_mutex_lock(&live_mu);
 	while (nsweep || sweep_all) {
-		struct sweep_place *todo = NULL;
+		struct places *todo = NULL;
 		size_t n = 0, cap = 0;
 		for (struct probe *p = live; p; p = p->next) {
 			int wanted = sweep_all;
 			for (int i = 0; i < nsweep && !wanted; i++)
-				wanted = sweep_pids[i] == p->pid;
+				wanted = sweep_pids[i] == p->at.pid;
 			if (!wanted)
 				continue;
 			if (n == cap) {
 				cap = cap ? cap * 2 : 16;
 				todo = xrealloc(todo, cap * sizeof(*todo));
 			}
-			todo[n].pid = p->pid;
-			todo[n].path = xstrdup(p->path);
-			memcpy(todo[n].offs, p->offs, sizeof(p->offs));
-			todo[n++].n = p->n;
+			todo[n] = p->at;
+			todo[n++].path = xstrdup(p->at.path);
 		}
 		nsweep = sweep_all = 0;
 		pthread_mutex_unlock(&live_mu);

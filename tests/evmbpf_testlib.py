@@ -474,6 +474,21 @@ def code_byte(pid, exe, offset):
     return code_bytes(pid, exe, [offset])[offset]
 
 
+def fdinfos(pid):
+    """(fd, its /proc fdinfo text) for each descriptor a process holds; none if it is
+    gone, and a descriptor closed meanwhile is left out."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fdinfo")
+    except OSError:
+        return
+    for fd in fds:
+        try:
+            with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
+                yield int(fd), handle.read()
+        except OSError:
+            continue
+
+
 def multi_links(pid):
     """The uprobe_multi links a process holds, from its descriptors' fdinfo (evmbpf makes
     each probe one where the kernel has them: session/uprobes.c), as bpftool perf list
@@ -481,16 +496,7 @@ def multi_links(pid):
     filename (the probed file as the kernel names it), offset; and target (the pid the
     link is for)."""
     found = []
-    try:
-        fds = os.listdir(f"/proc/{pid}/fdinfo")
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            with open(f"/proc/{pid}/fdinfo/{fd}") as handle:
-                text = handle.read()
-        except OSError:
-            continue
+    for fd, text in fdinfos(pid):
         kind = re.search(r"^link_type:\s+(u(?:ret)?probe)_multi$", text, re.M)
         if not kind:
             continue
@@ -501,6 +507,13 @@ def multi_links(pid):
                       "offset": int(offs[0], 16) if offs else None,
                       "target": int(field("pid") or 0)})
     return found
+
+
+def link_types(pid):
+    """The type of each BPF link a process holds (its descriptors' fdinfo: "perf" for a
+    perf event's, "uprobe_multi", "raw_tracepoint", ...)."""
+    kinds = (re.search(r"^link_type:\s+(\S+)$", text, re.M) for _, text in fdinfos(pid))
+    return [kind.group(1) for kind in kinds if kind]
 
 
 def perf_links(pid):

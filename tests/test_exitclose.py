@@ -21,8 +21,8 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, TEST_AIDS, Attached, code_byte,
-                            code_bytes, multi_links, proc_state, slot_tp_call_place,
-                            wait_for_line)
+                            code_bytes, compare_traces, host_kwargs, load, multi_links,
+                            proc_state, run_reference, slot_tp_call_place, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -149,13 +149,27 @@ def test_evmbpf_killed_while_it_detaches(tmp_path, monkeypatch):
             run.target.wait()
 
 
-def test_evmbpf_killed_while_it_attaches(tmp_path, monkeypatch):
+# how the probes are made: uprobe_multi links (Linux 6.6+), or perf event uprobes, as on
+# the kernels before (EVMBPF_NO_UPROBE_MULTI=1 makes this kernel's evmbpf use them)
+LINKS = ["multi", "perf"]
+
+
+def links_kind(monkeypatch, kind):
+    if kind == "perf":
+        monkeypatch.setenv("EVMBPF_NO_UPROBE_MULTI", "1")
+    else:
+        monkeypatch.delenv("EVMBPF_NO_UPROBE_MULTI", raising=False)
+
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_evmbpf_killed_while_it_attaches(tmp_path, monkeypatch, kind):
     """evmbpf --pid SIGKILLed while the link server makes its first probe's link (the
     test's hooks: EVMBPF_TEST_KILL_IN_ATTACH, and EVMBPF_TEST_LINK_SLOW_MS so that the link
     is made after the kill): the server finishes the link, cannot hand it back, closes it,
     and exits. The waiting target's slot_tp_call holds its own instruction again, no leak
     line, no server left, and the target runs to its end."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    links_kind(monkeypatch, kind)
     run = Attached(workload, str(tmp_path / "first.jsonl"), evmbpf_args=["-v"])
     try:
         exe, offset = slot_tp_call_place(wait_for_line(run.tracer.stderr, "slot_tp_call at", 30))
@@ -199,12 +213,15 @@ def servers(since=0):
     return found
 
 
-def test_killed_at_the_samples_hold(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", LINKS)
+def test_killed_at_the_samples_hold(tmp_path, monkeypatch, kind):
     """evmbpf --pid SIGKILLed as soon as the target is held where evalmetry.debug's module
     has run: evmbpf is then placing the phase-marker probe. Made by evmbpf's own thread,
     that link's breakpoint stayed in the target in 4 of 6 such kills (the kernel's leak
-    line each time); made by the link server, in none. Three kills here, no leak line."""
+    line each time), and a perf uprobe's in 6 of 6; made by the link server, in none.
+    Three kills here, no leak line."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    links_kind(monkeypatch, kind)
     monkeypatch.setenv("EVMBPF_TEST_HOLD_DELAY_MS", "4000")
     leaks = 0
     for trial in range(3):
@@ -223,3 +240,40 @@ def test_killed_at_the_samples_hold(tmp_path, monkeypatch):
             time.sleep(0.05)
         leaks += log.leaks()
     assert leaks == 0
+
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_a_killed_link_server_is_started_again(tmp_path, monkeypatch, kind):
+    """The link server SIGKILLed after the attach (by hand, or by the OOM killer): the
+    next link (the phase-marker probe, at the samples hold) finds it gone, and a new
+    server makes it. The trace is the reference's, phases included, and no server is
+    left once evmbpf ends."""
+    workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    links_kind(monkeypatch, kind)
+    since = uptime_ticks() - 1
+    run = Attached(workload, str(tmp_path / "t.jsonl"), evmbpf_args=["-v"])
+    try:
+        first = servers(since)
+        assert len(first) == 1, first
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while first[0] in servers(since):
+            assert time.monotonic() < deadline, "the server did not die"
+            time.sleep(0.02)
+        run.release()
+        run.finish()
+    finally:
+        if run.target.poll() is None:
+            run.target.kill()
+            run.target.wait()
+    assert run.tracer_rc == 0 and run.target_rc == 0, run.tracer_err
+    assert "the link server is gone" in run.tracer_err, run.tracer_err
+    assert "the link server started again (1 of" in run.tracer_err, run.tracer_err
+    assert "phase markers followed from here" in run.tracer_err, run.tracer_err
+    reference = str(tmp_path / "ref.jsonl")
+    run_reference(workload, reference)
+    compare_traces(load(reference), load(str(tmp_path / "t.jsonl")), kwargs=host_kwargs())
+    deadline = time.monotonic() + 10
+    while servers(since):
+        assert time.monotonic() < deadline, servers(since)
+        time.sleep(0.05)

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
-                            Attached, compare_traces, load, run_launch, run_reference,
-                            host_kwargs, wait_for_line)
+                            Attached, compare_traces, link_types, links_on, load, multi_links,
+                            run_launch, run_reference, host_kwargs, wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -59,6 +59,41 @@ def test_pid_matches_reference(evmbpf, workload, reference_traces, tmp_path):
     assert run.tracer_rc == 0, run.tracer_err
     compare_traces(reference_traces[workload], load(out), kwargs=KWARGS,
                    phase=os.path.basename(workload) not in PHASE_AWARE)
+
+
+@pytest.mark.parametrize("mode", ["launch", "pid"])
+def test_perf_uprobes_match_reference(evmbpf, mode, reference_traces, tmp_path):
+    """Kernels before 6.6 have no uprobe_multi links: evmbpf makes each probe a perf event
+    uprobe there, made by its link server (session/linkserver.c). Made so on this kernel
+    (EVMBPF_NO_UPROBE_MULTI=1), the trace is the reference's; evmbpf holds perf uprobes
+    and no uprobe_multi link while it traces; none is left on the target after."""
+    workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
+    out = str(tmp_path / "trace.jsonl")
+    env = dict(os.environ, EVMBPF_NO_UPROBE_MULTI="1")
+    if mode == "launch":
+        result = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON,
+                                  os.path.join(REFERENCE, "run_workload.py"), workload],
+                                 capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+    else:
+        saved = os.environ.get("EVMBPF_NO_UPROBE_MULTI")
+        os.environ["EVMBPF_NO_UPROBE_MULTI"] = "1"  # Attached starts evmbpf with os.environ
+        try:
+            run = Attached(workload, out)
+        finally:
+            if saved is None:
+                del os.environ["EVMBPF_NO_UPROBE_MULTI"]
+            else:
+                os.environ["EVMBPF_NO_UPROBE_MULTI"] = saved
+        held = link_types(run.tracer.pid)
+        multi = multi_links(run.tracer.pid)
+        run.release()
+        run.finish()
+        assert run.tracer_rc == 0, run.tracer_err
+        # the calls' uprobe and uretprobe, the exit's and the seizure's at least
+        assert held.count("perf") >= 4 and not multi, (held, multi)
+        assert not links_on([run.pid]), links_on([run.pid])
+    compare_traces(reference_traces[workload], load(out), kwargs=KWARGS)
 
 
 def test_pid_given_twice_is_traced_once(evmbpf, reference_traces, tmp_path):

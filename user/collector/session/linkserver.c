@@ -2,17 +2,21 @@
 #include "linkserver.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/bpf.h>
+#include <linux/perf_event.h>
+#include <bpf/bpf.h>
 
 #include "util.h"
 
@@ -44,9 +48,44 @@ int uprobe_multi_link_here(int prog_fd, const char *path, const uint64_t *offs, 
 	return (int)syscall(__NR_bpf, BPF_LINK_CREATE, &a, sizeof(a));
 }
 
+/* A perf event uprobe (the way before Linux 6.6) on prog_fd at off in path, through the
+ * kernel's uprobe PMU (type, and the config bit that makes it a uretprobe), as libbpf's
+ * bpf_program__attach_uprobe_opts makes one: a BPF link on the event where the kernel has
+ * them (5.15), else the event itself with the program set on it. The registration, and
+ * with it the breakpoint, is perf_event_open's. */
+int perf_uprobe_link_here(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
+			  int type, int ret_bit)
+{
+	struct perf_event_attr a;
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.type = (uint32_t)type;
+	a.config = ret ? 1ULL << ret_bit : 0;
+	a.config1 = (uint64_t)(uintptr_t)path; /* uprobe_path */
+	a.config2 = off;                        /* probe_offset */
+	int ev = (int)syscall(__NR_perf_event_open, &a, pid > 0 ? pid : -1, pid > 0 ? -1 : 0, -1,
+			      PERF_FLAG_FD_CLOEXEC);
+	if (ev < 0)
+		return -1;
+	int link = bpf_link_create(prog_fd, ev, BPF_PERF_EVENT, NULL);
+	if (link >= 0) {
+		close(ev); /* the link holds the event */
+		return link;
+	}
+	if (errno == EINVAL && !ioctl(ev, PERF_EVENT_IOC_SET_BPF, prog_fd) &&
+	    !ioctl(ev, PERF_EVENT_IOC_ENABLE, 0))
+		return ev; /* before 5.15: the event is the link */
+	int err = errno;
+	close(ev);
+	errno = err;
+	return -1;
+}
+
 /* A request (the program's fd rides with it) and its answer (the link's fd with it). */
+enum { LINK_MULTI, LINK_PERF };
 struct link_request {
-	int32_t ret, pid, n;
+	int32_t kind, ret, pid, n;
+	int32_t pmu_type, ret_bit; /* LINK_PERF's uprobe PMU; n is 1 */
 	uint64_t offs[LINK_SERVER_PLACES];
 	char path[PATH_MAX];
 };
@@ -55,7 +94,9 @@ struct link_answer {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int server = -1; /* evmbpf's end of the socket pair */
+static int server = -1;  /* evmbpf's end of the socket pair */
+static int started;      /* link_server_start was called: a server is wanted */
+static int restarts;     /* servers started again after one was gone */
 static int kill_in_attach; /* EVMBPF_TEST_KILL_IN_ATTACH (tests only) */
 
 /* One message with at most one fd riding (SCM_RIGHTS): sent, or received (*fd: -1 if none). */
@@ -116,11 +157,16 @@ static __attribute__((noreturn)) void serve(int sock, unsigned slow_ms)
 			_exit(0);
 		struct link_answer a = { .err = EINVAL };
 		int fd = -1;
-		if (prog >= 0 && r == (ssize_t)sizeof(q) && q.n > 0 && q.n <= LINK_SERVER_PLACES) {
+		if (prog >= 0 && r == (ssize_t)sizeof(q) && q.n > 0 && q.n <= LINK_SERVER_PLACES &&
+		    (q.kind == LINK_MULTI || (q.kind == LINK_PERF && q.n == 1))) {
 			q.path[sizeof(q.path) - 1] = 0;
 			if (slow_ms)
 				usleep(slow_ms * 1000);
-			fd = uprobe_multi_link_here(prog, q.path, q.offs, q.n, q.ret, q.pid);
+			if (q.kind == LINK_MULTI)
+				fd = uprobe_multi_link_here(prog, q.path, q.offs, q.n, q.ret, q.pid);
+			else
+				fd = perf_uprobe_link_here(prog, q.path, q.offs[0], q.ret, q.pid,
+							   q.pmu_type, q.ret_bit);
 			a.err = fd < 0 ? errno : 0;
 		}
 		if (prog >= 0)
@@ -131,7 +177,8 @@ static __attribute__((noreturn)) void serve(int sock, unsigned slow_ms)
 	}
 }
 
-int link_server_start(void)
+/* A server forked (twice), its end of the socket kept: 0, or -1 (said with -v). */
+static int start(void)
 {
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
@@ -170,43 +217,119 @@ int link_server_start(void)
 	return 0;
 }
 
-int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
-		      pid_t pid)
+int link_server_start(void)
 {
-	static struct link_request q;
-	pthread_mutex_lock(&mu);
-	if (server < 0 || n < 1 || n > LINK_SERVER_PLACES || strlen(path) >= sizeof(q.path)) {
-		pthread_mutex_unlock(&mu);
-		return uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid);
-	}
-	memset(&q, 0, sizeof(q));
-	q.ret = ret;
-	q.pid = pid > 0 ? pid : 0;
-	q.n = n;
-	memcpy(q.offs, offs, (size_t)n * sizeof(*offs));
-	strcpy(q.path, path);
-	struct link_answer a;
-	int fd = -1;
-	int sent = send_fd(server, &q, sizeof(q), prog_fd) == (ssize_t)sizeof(q);
-	if (sent && kill_in_attach && pid > 0) /* tests only: evmbpf dies while its link is made */
-		kill(getpid(), SIGKILL);
-	if (!sent || recv_fd(server, &a, sizeof(a), &fd) != (ssize_t)sizeof(a)) {
-		/* the server is gone: links are made here from now on */
-		debugx("the link server is gone (%s): links are made by evmbpf's threads",
-		       strerror(errno));
+	started = 1;
+	return start();
+}
+
+/* Start a server again where one was gone (killed, by the OOM killer or by hand): a few
+ * times a run, so that a server that cannot live is not forked at every link. It is
+ * forked from a process that has threads now; between its fork and its serve() it makes
+ * only system calls. Called with mu held. */
+#define LINK_SERVER_RESTARTS 4
+static int restart(void)
+{
+	if (!started || restarts >= LINK_SERVER_RESTARTS)
+		return -1;
+	restarts++;
+	if (start() < 0)
+		return -1;
+	debugx("the link server started again (%d of %d)", restarts, LINK_SERVER_RESTARTS);
+	return 0;
+}
+
+/* q asked of the server with prog_fd: the link's fd, or -1 with errno (the kernel's answer
+ * in the server), or NO_SERVER (no server runs, nor could one be started again). Called
+ * with mu held. */
+#define NO_SERVER (-2)
+static int ask(struct link_request *q, int prog_fd)
+{
+	for (int tries = 0; tries < 2; tries++) {
+		if (server < 0 && restart() < 0)
+			return NO_SERVER;
+		struct link_answer a;
+		int fd = -1;
+		int sent = send_fd(server, q, sizeof(*q), prog_fd) == (ssize_t)sizeof(*q);
+		if (sent && kill_in_attach && q->pid > 0) /* tests only: evmbpf dies mid-link */
+			kill(getpid(), SIGKILL);
+		if (sent && recv_fd(server, &a, sizeof(a), &fd) == (ssize_t)sizeof(a)) {
+			if (!a.err && fd >= 0)
+				return fd;
+			if (fd >= 0)
+				close(fd);
+			errno = a.err ? a.err : EPROTO;
+			return -1;
+		}
+		/* the server is gone (a link it made and could not hand over, it closed) */
+		debugx("the link server is gone (%s)", strerror(errno));
 		close(server);
 		server = -1;
 		if (fd >= 0)
 			close(fd);
-		pthread_mutex_unlock(&mu);
-		return uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid);
+	}
+	return NO_SERVER;
+}
+
+int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
+		      pid_t pid)
+{
+	static struct link_request q;
+	int fd = NO_SERVER;
+	pthread_mutex_lock(&mu);
+	if (n >= 1 && n <= LINK_SERVER_PLACES && strlen(path) < sizeof(q.path)) {
+		memset(&q, 0, sizeof(q));
+		q.kind = LINK_MULTI;
+		q.ret = ret;
+		q.pid = pid > 0 ? pid : 0;
+		q.n = n;
+		memcpy(q.offs, offs, (size_t)n * sizeof(*offs));
+		strcpy(q.path, path);
+		fd = ask(&q, prog_fd);
 	}
 	pthread_mutex_unlock(&mu);
-	if (a.err || fd < 0) {
-		if (fd >= 0)
-			close(fd);
-		errno = a.err ? a.err : EPROTO;
-		return -1;
+	return fd == NO_SERVER ? uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid) : fd;
+}
+
+/* The kernel's uprobe PMU, as libbpf finds it: its type, and the bit of config that asks
+ * for a uretprobe ("config:N"). 0, or -1 (a kernel without it: libbpf's legacy way). */
+static int uprobe_pmu(int *type, int *ret_bit)
+{
+	static int known = -1, t, b;
+	if (known < 0) {
+		FILE *f = fopen("/sys/bus/event_source/devices/uprobe/type", "re");
+		FILE *g = fopen("/sys/bus/event_source/devices/uprobe/format/retprobe", "re");
+		known = f && g && fscanf(f, "%d", &t) == 1 && fscanf(g, "config:%d", &b) == 1 &&
+			b >= 0 && b < 64;
+		if (f)
+			fclose(f);
+		if (g)
+			fclose(g);
 	}
-	return fd;
+	*type = t;
+	*ret_bit = b;
+	return known ? 0 : -1;
+}
+
+int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid)
+{
+	static struct link_request q;
+	int type, bit, fd = NO_SERVER;
+	pthread_mutex_lock(&mu);
+	if (!uprobe_pmu(&type, &bit) && strlen(path) < sizeof(q.path)) {
+		memset(&q, 0, sizeof(q));
+		q.kind = LINK_PERF;
+		q.ret = ret;
+		q.pid = pid > 0 ? pid : -1;
+		q.n = 1;
+		q.offs[0] = off;
+		q.pmu_type = type;
+		q.ret_bit = bit;
+		strcpy(q.path, path);
+		fd = ask(&q, prog_fd);
+	}
+	pthread_mutex_unlock(&mu);
+	if (fd == NO_SERVER)
+		errno = ENOTCONN;
+	return fd == NO_SERVER ? -2 : fd;
 }

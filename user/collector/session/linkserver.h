@@ -1,4 +1,4 @@
-/* uprobe_multi links made by a process of their own (linkserver.c).
+/* uprobe links made by a process of their own (linkserver.c).
  *
  * Making a uprobe writes its breakpoint into the traced process (get_user_pages). A
  * SIGKILL that reaches the making thread in the middle makes those page look-ups fail
@@ -7,14 +7,17 @@
  * each hit for the rest of its life. evmbpf killed at a hold's start, where it places the
  * phase-marker probe, left one so in 4 kills of 6 (docs/design.md, tests/test_exitclose.py).
  *
+ * A perf event uprobe (kernels before 6.6, or EVMBPF_NO_UPROBE_MULTI=1) is made the same way
+ * by perf_event_open, and left a breakpoint in 6 kills of 6 there.
+ *
  * So the links are made by a server: a process forked when evmbpf starts (before any
  * thread), in a session of its own (a terminal's ^C is not for it), every signal blocked,
  * reparented away from evmbpf (evmbpf's waits never see it). evmbpf hands it the program
  * and the places over a socket pair and gets the link back. A SIGKILL of evmbpf does not
  * reach it: it finishes the link, cannot hand it back, and closes it (the last reference:
  * the uprobes go, in a thread with no signal pending). It exits when evmbpf's end of the
- * socket closes. Where no server runs (it could not be made, or it died), links are made
- * by the calling thread, as before. */
+ * socket closes. A server found gone (killed by hand, or by the OOM killer) is started
+ * again, a few times a run; where none runs, links are made by the calling thread. */
 #ifndef EVMBPF_LINKSERVER_H
 #define EVMBPF_LINKSERVER_H
 
@@ -35,5 +38,13 @@ int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n
 /* The same, made by the calling thread. */
 int uprobe_multi_link_here(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
 			   pid_t pid);
+/* A perf event uprobe (ret: a uretprobe) on prog_fd at off in path, for process pid (-1:
+ * any), made by the server: the fd of its BPF link (or of the event, before Linux 5.15),
+ * -1 with errno, or -2 where no server runs or the kernel has no uprobe PMU (the caller
+ * then makes it with libbpf). */
+int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid);
+/* The same, made by the calling thread, through the PMU's type and uretprobe bit. */
+int perf_uprobe_link_here(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
+			  int type, int ret_bit);
 
 #endif

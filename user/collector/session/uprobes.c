@@ -28,7 +28,9 @@ struct places {
 };
 
 struct probe {
-	struct bpf_link *link[PROBE_PLACES_MAX]; /* perf events' (libbpf's), or NULL */
+	/* perf events': a place's link made by the link server (lfd), or by libbpf here */
+	struct bpf_link *link[PROBE_PLACES_MAX];
+	int lfd[PROBE_PLACES_MAX];
 	int nlink;
 	int fd;                /* a uprobe_multi link's (all its places), or -1 */
 	struct places at;      /* the link's places: in `live` while fd is open */
@@ -85,8 +87,13 @@ void probe_close_test_kill(void)
 static void links_close(struct probe *p)
 {
 	struct exit_close *c = exit_close_begin();
-	while (p->nlink > 0)
-		bpf_link__destroy(p->link[--p->nlink]);
+	while (p->nlink > 0) {
+		p->nlink--;
+		if (p->link[p->nlink])
+			bpf_link__destroy(p->link[p->nlink]);
+		else
+			close(p->lfd[p->nlink]);
+	}
 	if (p->fd >= 0)
 		close(p->fd);
 	p->fd = -1;
@@ -118,9 +125,12 @@ struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const
 	} else {
 		LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
 		for (; p->nlink < n; p->nlink++) {
-			p->link[p->nlink] =
-				bpf_program__attach_uprobe_opts(prog, pid, path, offs[p->nlink], &uo);
-			if (!p->link[p->nlink])
+			int i = p->nlink;
+			p->lfd[i] = perf_uprobe_link(bpf_program__fd(prog), path, offs[i], ret, pid);
+			if (p->lfd[i] == -2) /* no server */
+				p->link[i] = bpf_program__attach_uprobe_opts(prog, pid, path, offs[i],
+									     &uo);
+			if (p->lfd[i] < 0 && !p->link[i])
 				break;
 		}
 		err = errno;

@@ -12,7 +12,8 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
                             Attached, compare_traces, link_types, links_on, load, multi_links,
-                            run_launch, run_reference, host_kwargs, wait_for_line)
+                            perf_links, run_launch, run_reference, host_kwargs,
+                            wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -87,11 +88,14 @@ def test_perf_uprobes_match_reference(evmbpf, mode, reference_traces, tmp_path):
                 os.environ["EVMBPF_NO_UPROBE_MULTI"] = saved
         held = link_types(run.tracer.pid)
         multi = multi_links(run.tracer.pid)
+        events = {p.get("fd_type") for p in perf_links(run.tracer.pid)}
         run.release()
         run.finish()
         assert run.tracer_rc == 0, run.tracer_err
-        # the calls' uprobe and uretprobe, the exit's and the seizure's at least
+        # the calls' uprobe and uretprobe, the exception's and the dlopen's at least
         assert held.count("perf") >= 4 and not multi, (held, multi)
+        # and their events, which bpftool perf list shows by their holder
+        assert {"uprobe", "uretprobe"} <= events, events
         assert not links_on([run.pid]), links_on([run.pid])
     compare_traces(reference_traces[workload], load(out), kwargs=KWARGS)
 

@@ -52,9 +52,11 @@ int uprobe_multi_link_here(int prog_fd, const char *path, const uint64_t *offs, 
  * kernel's uprobe PMU (type, and the config bit that makes it a uretprobe), as libbpf's
  * bpf_program__attach_uprobe_opts makes one: a BPF link on the event where the kernel has
  * them (5.15), else the event itself with the program set on it. The registration, and
- * with it the breakpoint, is perf_event_open's. */
+ * with it the breakpoint, is perf_event_open's. The event's fd is kept beside the link's
+ * (*event; -1 where the event is the link), as libbpf keeps it: `bpftool perf list`
+ * shows a uprobe's file and offset only by the holder of its event's fd. */
 int perf_uprobe_link_here(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
-			  int type, int ret_bit)
+			  int type, int ret_bit, int *event)
 {
 	struct perf_event_attr a;
 	memset(&a, 0, sizeof(a));
@@ -63,13 +65,14 @@ int perf_uprobe_link_here(int prog_fd, const char *path, uint64_t off, int ret, 
 	a.config = ret ? 1ULL << ret_bit : 0;
 	a.config1 = (uint64_t)(uintptr_t)path; /* uprobe_path */
 	a.config2 = off;                        /* probe_offset */
+	*event = -1;
 	int ev = (int)syscall(__NR_perf_event_open, &a, pid > 0 ? pid : -1, pid > 0 ? -1 : 0, -1,
 			      PERF_FLAG_FD_CLOEXEC);
 	if (ev < 0)
 		return -1;
 	int link = bpf_link_create(prog_fd, ev, BPF_PERF_EVENT, NULL);
 	if (link >= 0) {
-		close(ev); /* the link holds the event */
+		*event = ev;
 		return link;
 	}
 	if (errno == EINVAL && !ioctl(ev, PERF_EVENT_IOC_SET_BPF, prog_fd) &&
@@ -90,7 +93,7 @@ struct link_request {
 	char path[PATH_MAX];
 };
 struct link_answer {
-	int32_t err; /* 0: the link's fd rides with it */
+	int32_t err; /* 0: the link's fd rides with it, and a perf uprobe's event's after it */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -99,24 +102,29 @@ static int started;      /* link_server_start was called: a server is wanted */
 static int restarts;     /* servers started again after one was gone */
 static int kill_in_attach; /* EVMBPF_TEST_KILL_IN_ATTACH (tests only) */
 
-/* One message with at most one fd riding (SCM_RIGHTS): sent, or received (*fd: -1 if none). */
-static ssize_t send_fd(int sock, const void *data, size_t len, int fd)
+/* One message with at most two fds riding (SCM_RIGHTS; those >= 0, in order): sent, or
+ * received (fds[]: -1 where none came). */
+static ssize_t send_fds(int sock, const void *data, size_t len, const int fds[2])
 {
 	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} c;
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
-	if (fd >= 0) {
+	int n = 0, v[2];
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			v[n++] = fds[i];
+	if (n) {
 		memset(&c, 0, sizeof(c));
 		m.msg_control = c.buf;
-		m.msg_controllen = sizeof(c.buf);
+		m.msg_controllen = CMSG_SPACE(n * sizeof(int));
 		struct cmsghdr *h = CMSG_FIRSTHDR(&m);
 		h->cmsg_level = SOL_SOCKET;
 		h->cmsg_type = SCM_RIGHTS;
-		h->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(h), &fd, sizeof(int));
+		h->cmsg_len = CMSG_LEN(n * sizeof(int));
+		memcpy(CMSG_DATA(h), v, n * sizeof(int));
 	}
 	ssize_t r;
 	while ((r = sendmsg(sock, &m, MSG_NOSIGNAL)) < 0 && errno == EINTR)
@@ -124,11 +132,11 @@ static ssize_t send_fd(int sock, const void *data, size_t len, int fd)
 	return r;
 }
 
-static ssize_t recv_fd(int sock, void *data, size_t len, int *fd)
+static ssize_t recv_fds(int sock, void *data, size_t len, int fds[2])
 {
 	struct iovec iov = { .iov_base = data, .iov_len = len };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} c;
 	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = c.buf,
@@ -136,11 +144,12 @@ static ssize_t recv_fd(int sock, void *data, size_t len, int *fd)
 	ssize_t r;
 	while ((r = recvmsg(sock, &m, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
 		;
-	*fd = -1;
+	fds[0] = fds[1] = -1;
 	for (struct cmsghdr *h = r > 0 ? CMSG_FIRSTHDR(&m) : NULL; h; h = CMSG_NXTHDR(&m, h))
-		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS &&
-		    h->cmsg_len >= CMSG_LEN(sizeof(int)))
-			memcpy(fd, CMSG_DATA(h), sizeof(int));
+		if (h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS) {
+			size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			memcpy(fds, CMSG_DATA(h), (n > 2 ? 2 : n) * sizeof(int));
+		}
 	return r;
 }
 
@@ -151,29 +160,34 @@ static __attribute__((noreturn)) void serve(int sock, unsigned slow_ms)
 {
 	static struct link_request q;
 	for (;;) {
-		int prog;
-		ssize_t r = recv_fd(sock, &q, sizeof(q), &prog);
+		int got[2];
+		ssize_t r = recv_fds(sock, &q, sizeof(q), got);
+		int prog = got[0];
+		if (got[1] >= 0)
+			close(got[1]);
 		if (r <= 0)
 			_exit(0);
 		struct link_answer a = { .err = EINVAL };
-		int fd = -1;
+		int fd[2] = { -1, -1 }; /* the link, and a perf uprobe's event */
 		if (prog >= 0 && r == (ssize_t)sizeof(q) && q.n > 0 && q.n <= LINK_SERVER_PLACES &&
 		    (q.kind == LINK_MULTI || (q.kind == LINK_PERF && q.n == 1))) {
 			q.path[sizeof(q.path) - 1] = 0;
 			if (slow_ms)
 				usleep(slow_ms * 1000);
 			if (q.kind == LINK_MULTI)
-				fd = uprobe_multi_link_here(prog, q.path, q.offs, q.n, q.ret, q.pid);
+				fd[0] = uprobe_multi_link_here(prog, q.path, q.offs, q.n, q.ret, q.pid);
 			else
-				fd = perf_uprobe_link_here(prog, q.path, q.offs[0], q.ret, q.pid,
-							   q.pmu_type, q.ret_bit);
-			a.err = fd < 0 ? errno : 0;
+				fd[0] = perf_uprobe_link_here(prog, q.path, q.offs[0], q.ret, q.pid,
+							      q.pmu_type, q.ret_bit, &fd[1]);
+			a.err = fd[0] < 0 ? errno : 0;
 		}
 		if (prog >= 0)
 			close(prog);
-		send_fd(sock, &a, sizeof(a), fd);
-		if (fd >= 0) /* handed over (or evmbpf is gone: the uprobes go here) */
-			close(fd);
+		send_fds(sock, &a, sizeof(a), fd);
+		/* handed over (or evmbpf is gone: the uprobes go here) */
+		for (int i = 0; i < 2; i++)
+			if (fd[i] >= 0)
+				close(fd[i]);
 	}
 }
 
@@ -239,25 +253,29 @@ static int restart(void)
 	return 0;
 }
 
-/* q asked of the server with prog_fd: the link's fd, or -1 with errno (the kernel's answer
- * in the server), or NO_SERVER (no server runs, nor could one be started again). Called
- * with mu held. */
+/* q asked of the server with prog_fd: the link's fd (and a perf uprobe's event's in
+ * *event, else -1), or -1 with errno (the kernel's answer in the server), or NO_SERVER
+ * (no server runs, nor could one be started again). Called with mu held. */
 #define NO_SERVER (-2)
-static int ask(struct link_request *q, int prog_fd)
+static int ask(struct link_request *q, int prog_fd, int *event)
 {
+	*event = -1;
 	for (int tries = 0; tries < 2; tries++) {
 		if (server < 0 && restart() < 0)
 			return NO_SERVER;
 		struct link_answer a;
-		int fd = -1;
-		int sent = send_fd(server, q, sizeof(*q), prog_fd) == (ssize_t)sizeof(*q);
+		int prog[2] = { prog_fd, -1 }, fd[2] = { -1, -1 };
+		int sent = send_fds(server, q, sizeof(*q), prog) == (ssize_t)sizeof(*q);
 		if (sent && kill_in_attach && q->pid > 0) /* tests only: evmbpf dies mid-link */
 			kill(getpid(), SIGKILL);
-		if (sent && recv_fd(server, &a, sizeof(a), &fd) == (ssize_t)sizeof(a)) {
-			if (!a.err && fd >= 0)
-				return fd;
-			if (fd >= 0)
-				close(fd);
+		if (sent && recv_fds(server, &a, sizeof(a), fd) == (ssize_t)sizeof(a)) {
+			if (!a.err && fd[0] >= 0) {
+				*event = fd[1];
+				return fd[0];
+			}
+			for (int i = 0; i < 2; i++)
+				if (fd[i] >= 0)
+					close(fd[i]);
 			errno = a.err ? a.err : EPROTO;
 			return -1;
 		}
@@ -265,8 +283,9 @@ static int ask(struct link_request *q, int prog_fd)
 		debugx("the link server is gone (%s)", strerror(errno));
 		close(server);
 		server = -1;
-		if (fd >= 0)
-			close(fd);
+		for (int i = 0; i < 2; i++)
+			if (fd[i] >= 0)
+				close(fd[i]);
 	}
 	return NO_SERVER;
 }
@@ -285,7 +304,10 @@ int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n
 		q.n = n;
 		memcpy(q.offs, offs, (size_t)n * sizeof(*offs));
 		strcpy(q.path, path);
-		fd = ask(&q, prog_fd);
+		int event;
+		fd = ask(&q, prog_fd, &event);
+		if (event >= 0) /* not asked for */
+			close(event);
 	}
 	pthread_mutex_unlock(&mu);
 	return fd == NO_SERVER ? uprobe_multi_link_here(prog_fd, path, offs, n, ret, pid) : fd;
@@ -311,10 +333,12 @@ static int uprobe_pmu(int *type, int *ret_bit)
 	return known ? 0 : -1;
 }
 
-int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid)
+int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
+		     int *event)
 {
 	static struct link_request q;
 	int type, bit, fd = NO_SERVER;
+	*event = -1;
 	pthread_mutex_lock(&mu);
 	if (!uprobe_pmu(&type, &bit) && strlen(path) < sizeof(q.path)) {
 		memset(&q, 0, sizeof(q));
@@ -326,7 +350,7 @@ int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t
 		q.pmu_type = type;
 		q.ret_bit = bit;
 		strcpy(q.path, path);
-		fd = ask(&q, prog_fd);
+		fd = ask(&q, prog_fd, event);
 	}
 	pthread_mutex_unlock(&mu);
 	if (fd == NO_SERVER)

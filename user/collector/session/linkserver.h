@@ -39,12 +39,13 @@ int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n
 int uprobe_multi_link_here(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
 			   pid_t pid);
 /* A perf event uprobe (ret: a uretprobe) on prog_fd at off in path, for process pid (-1:
- * any), made by the server: the fd of its BPF link (or of the event, before Linux 5.15),
- * -1 with errno, or -2 where no server runs or the kernel has no uprobe PMU (the caller
- * then makes it with libbpf). */
-int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid);
+ * any), made by the server: the fd of its BPF link, with its event's in *event (before
+ * Linux 5.15 the event is the link: its fd, *event -1); -1 with errno; or -2 where no
+ * server runs or the kernel has no uprobe PMU (the caller then makes it with libbpf). */
+int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
+		     int *event);
 /* The same, made by the calling thread, through the PMU's type and uretprobe bit. */
 int perf_uprobe_link_here(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
-			  int type, int ret_bit);
+			  int type, int ret_bit, int *event);
 
 #endif

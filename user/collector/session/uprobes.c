@@ -28,9 +28,10 @@ struct places {
 };
 
 struct probe {
-	/* perf events': a place's link made by the link server (lfd), or by libbpf here */
+	/* perf events': a place's link made by the link server (lfd, and its event's efd
+	 * or -1), or by libbpf here */
 	struct bpf_link *link[PROBE_PLACES_MAX];
-	int lfd[PROBE_PLACES_MAX];
+	int lfd[PROBE_PLACES_MAX], efd[PROBE_PLACES_MAX];
 	int nlink;
 	int fd;                /* a uprobe_multi link's (all its places), or -1 */
 	struct places at;      /* the link's places: in `live` while fd is open */
@@ -89,10 +90,13 @@ static void links_close(struct probe *p)
 	struct exit_close *c = exit_close_begin();
 	while (p->nlink > 0) {
 		p->nlink--;
-		if (p->link[p->nlink])
+		if (p->link[p->nlink]) {
 			bpf_link__destroy(p->link[p->nlink]);
-		else
-			close(p->lfd[p->nlink]);
+			continue;
+		}
+		close(p->lfd[p->nlink]);
+		if (p->efd[p->nlink] >= 0)
+			close(p->efd[p->nlink]);
 	}
 	if (p->fd >= 0)
 		close(p->fd);
@@ -126,7 +130,8 @@ struct probe *attach_uprobes(struct bpf_program *prog, int ret, pid_t pid, const
 		LIBBPF_OPTS(bpf_uprobe_opts, uo, .retprobe = ret);
 		for (; p->nlink < n; p->nlink++) {
 			int i = p->nlink;
-			p->lfd[i] = perf_uprobe_link(bpf_program__fd(prog), path, offs[i], ret, pid);
+			p->lfd[i] = perf_uprobe_link(bpf_program__fd(prog), path, offs[i], ret, pid,
+						     &p->efd[i]);
 			if (p->lfd[i] == -2) /* no server */
 				p->link[i] = bpf_program__attach_uprobe_opts(prog, pid, path, offs[i],
 									     &uo);

@@ -20,12 +20,16 @@ pytestmark = pytest.mark.root
 
 # ---------------------------------------------------------------- evmbpf stops or dies
 
+@pytest.mark.parametrize("links", ["multi", "perf"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
                          ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"])
-def test_evmbpf_stopped(server, full_trace, sig, tmp_path):
+def test_evmbpf_stopped(server, full_trace, sig, links, tmp_path, monkeypatch):
     """evmbpf is stopped (or killed) mid-run: the target runs on to its normal end with the
     same result, every probe is gone, the file is complete (SIGKILL: valid up to its last
-    complete line, and the reader reads it)."""
+    complete line, and the reader reads it). With uprobe_multi links, and with the perf
+    event uprobes of kernels before 6.6 (EVMBPF_NO_UPROBE_MULTI=1)."""
+    if links == "perf":
+        monkeypatch.setenv("EVMBPF_NO_UPROBE_MULTI", "1")
     full, checksum = full_trace
     out = str(tmp_path / "t.jsonl")
     pid, go, done = server.fork(FULL_FORWARDS, ROWS)

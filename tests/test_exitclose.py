@@ -277,3 +277,56 @@ def test_a_killed_link_server_is_started_again(tmp_path, monkeypatch, kind):
     while servers(since):
         assert time.monotonic() < deadline, servers(since)
         time.sleep(0.05)
+
+
+@pytest.mark.parametrize("kind", LINKS)
+def test_a_leaked_breakpoint_goes_at_the_next_detach(tmp_path, monkeypatch, kind):
+    """A breakpoint the kernel leaked at one of evmbpf's places (a SIGKILL that no helper
+    covers: the link server itself killed in the middle of a registration) is taken away
+    by the next evmbpf that traces the process, at its detach: its registration finds
+    the kernel's leaked uprobe at that place, and its unregistration, which no signal
+    interrupts, writes the instruction back. Made here with the aid's plain close of a
+    link on 300 places of a copy of Python, slot_tp_call's last. The next evmbpf's probes
+    are uprobe_multi links or perf uprobes: either finds the leaked one."""
+    links_kind(monkeypatch, kind)
+    if not shutil.which("nm"):
+        pytest.skip("nm (binutils) is not installed: the functions to probe are not known")
+    copy = str(tmp_path / "python-leak")
+    shutil.copy(os.path.realpath(HOST_PYTHON), copy)
+    target = subprocess.Popen([copy, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout.readline().strip() == "ready"
+
+        def traced(out):
+            """evmbpf --pid on the target for a moment, then stopped: its -v lines."""
+            tracer = subprocess.Popen([EVMBPF, "--pid", str(target.pid), "--out", out, "-v"],
+                                      stderr=subprocess.PIPE, text=True)
+            lines = wait_for_line(tracer.stderr, "slot_tp_call at", 30)
+            time.sleep(0.5)
+            tracer.send_signal(signal.SIGINT)
+            _, err = tracer.communicate(timeout=60)
+            assert tracer.returncode == 0, lines + err
+            return lines
+
+        exe, offset = slot_tp_call_place(traced(str(tmp_path / "first.jsonl")))
+        assert os.path.samefile(exe, copy), exe
+        own = code_byte(target.pid, copy, offset)
+        assert own != 0xCC
+        log = KernelLog()
+        names = function_names(copy)[:PLACES - 1] + [hex(offset)]
+        aid = subprocess.run([TEST_AIDS, "uprobe-close", copy, str(target.pid), "direct"],
+                             input="\n".join(names) + "\n", capture_output=True, text=True,
+                             timeout=120)
+        assert aid.returncode == -signal.SIGKILL, aid.stderr
+        time.sleep(1)
+        leaked = code_byte(target.pid, copy, offset) == 0xCC
+        lines = log.leaks()
+        if not leaked:
+            pytest.skip(f"this kernel finished the plain close at slot_tp_call ({lines} "
+                        "leak lines): no leaked breakpoint there to take away")
+        traced(str(tmp_path / "second.jsonl"))
+        assert code_byte(target.pid, copy, offset) == own
+        assert target.poll() is None, "the target died"
+    finally:
+        target.kill()
+        target.wait()

@@ -1,5 +1,6 @@
 /* uprobe-close PATH PID helper|direct (aids.h): a uprobe_multi link on every function of
- * PATH named on stdin (one name a line, at most 2,000) in process PID, then closed on a
+ * PATH named on stdin (one name a line, or a file offset as 0x..., at most 2,000) in
+ * process PID, then closed on a
  * thread of its own while the process SIGKILLs itself; the link's file offsets on stdout,
  * one a line, before the close. "helper" closes as evmbpf does (exitclose.h), "direct"
  * with a plain close(2). */
@@ -58,7 +59,9 @@ int uprobe_close_main(int argc, char **argv)
 	while (n < PLACES_MAX && fgets(name, sizeof(name), stdin)) {
 		name[strcspn(name, "\n")] = 0;
 		uint64_t vaddr, size, off;
-		if (elf_file_symbol(f, name, &vaddr, &size) == 0 && size &&
+		if (!strncmp(name, "0x", 2)) /* a file offset as it is */
+			offs[n++] = strtoull(name, NULL, 16);
+		else if (elf_file_symbol(f, name, &vaddr, &size) == 0 && size &&
 		    elf_file_vaddr_to_offset(f, vaddr, &off) == 0)
 			offs[n++] = off;
 	}

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, TEST_AIDS, Attached, code_byte,
-                            code_bytes, compare_traces, host_kwargs, load, multi_links,
+                            code_bytes, compare_traces, host_kwargs, links_on, load,
                             proc_state, run_reference, slot_tp_call_place, wait_for_line)
 
 pytestmark = pytest.mark.root
@@ -115,14 +115,15 @@ def test_a_sigkill_mid_close_leaves_no_breakpoint(tmp_path):
 
 def probes_gone_and_runs_on(run, exe, offset, log, since):
     """After evmbpf's death: within 20 s no link server is left and the waiting target's
-    slot_tp_call holds its own instruction, no uprobe_multi link is on it; released, it
-    runs to its end; the kernel logged no leak."""
+    slot_tp_call holds its own instruction, no probe of anyone's is on it (a uprobe_multi
+    link for it, a perf uprobe through its /proc files); released, it runs to its end;
+    the kernel logged no leak."""
     deadline = time.monotonic() + 20
     while servers(since) or code_byte(run.pid, exe, offset) == 0xCC:
         assert time.monotonic() < deadline, \
             f"servers {servers(since)}, byte {code_byte(run.pid, exe, offset):#x}"
         time.sleep(0.05)
-    assert not multi_links(run.pid)
+    assert not links_on([run.pid]), links_on([run.pid])
     run.release()
     assert run.target.wait(timeout=120) == 0, run.target.stderr.read()
     assert log.leaks() == 0

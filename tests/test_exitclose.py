@@ -269,7 +269,7 @@ def test_a_killed_link_server_is_started_again(tmp_path, monkeypatch, kind):
             run.target.wait()
     assert run.tracer_rc == 0 and run.target_rc == 0, run.tracer_err
     assert "the link server is gone" in run.tracer_err, run.tracer_err
-    assert "the link server started again (1 of" in run.tracer_err, run.tracer_err
+    assert "the link server started again (1 since" in run.tracer_err, run.tracer_err
     assert "phase markers followed from here" in run.tracer_err, run.tracer_err
     reference = str(tmp_path / "ref.jsonl")
     run_reference(workload, reference)

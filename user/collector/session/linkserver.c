@@ -237,19 +237,23 @@ int link_server_start(void)
 	return start();
 }
 
-/* Start a server again where one was gone (killed, by the OOM killer or by hand): a few
- * times a run, so that a server that cannot live is not forked at every link. It is
- * forked from a process that has threads now; between its fork and its serve() it makes
- * only system calls. Called with mu held. */
-#define LINK_SERVER_RESTARTS 4
+/* Start a server again where one was gone (killed, by the OOM killer or by hand): at
+ * most once in LINK_SERVER_RESTART_S seconds, so that a server that cannot live is not
+ * forked at every link, while a recorder that runs for weeks still gets one after each
+ * death. It is forked from a process that has threads now; between its fork and its
+ * serve() it makes only system calls. Called with mu held. */
+#define LINK_SERVER_RESTART_S 10
 static int restart(void)
 {
-	if (!started || restarts >= LINK_SERVER_RESTARTS)
+	static uint64_t last;
+	uint64_t now = mono_ns();
+	if (!started || (restarts && now - last < LINK_SERVER_RESTART_S * 1000000000ULL))
 		return -1;
+	last = now;
 	restarts++;
 	if (start() < 0)
 		return -1;
-	debugx("the link server started again (%d of %d)", restarts, LINK_SERVER_RESTARTS);
+	debugx("the link server started again (%d since evmbpf started)", restarts);
 	return 0;
 }
 

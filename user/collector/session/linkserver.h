@@ -17,7 +17,7 @@
  * reach it: it finishes the link, cannot hand it back, and closes it (the last reference:
  * the uprobes go, in a thread with no signal pending). It exits when evmbpf's end of the
  * socket closes. A server found gone (killed by hand, or by the OOM killer) is started
- * again, a few times a run; where none runs, links are made by the calling thread. */
+ * again (at most once in 10 s); where none runs, links are made by the calling thread. */
 #ifndef EVMBPF_LINKSERVER_H
 #define EVMBPF_LINKSERVER_H
 

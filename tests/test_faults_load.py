@@ -53,9 +53,12 @@ def soak(tmp_path, seconds):
             event = json.loads(line)["event"]
             counts[event] = counts.get(event, 0) + 1
     os.unlink(out)
-    assert "dropped" not in counts, counts
-    assert counts.get("forward") == forwards
-    assert counts.get("enter") == counts.get("exit") == forwards * MODULES_PER_FORWARD
+    # evmbpf's own lines say where and when records were lost (a ring that filled while
+    # the collector was off its CPU or stalled on the disk: 1 record in 9.5 M, rarely)
+    assert "dropped" not in counts, (counts, err[-2000:])
+    assert counts.get("forward") == forwards, (counts, err[-2000:])
+    assert counts.get("enter") == counts.get("exit") == forwards * MODULES_PER_FORWARD, \
+        (counts, err[-2000:])
     # growth: what the RSS rose to above its first reading after the warm-up (a sample
     # taken while evmbpf frees its rings and objects at the end reads lower: not growth)
     steady = [kb for t, kb in rss if t >= min(10, seconds / 3)]

@@ -2,10 +2,10 @@
 #include "linkserver.h"
 
 #include <errno.h>
-#include <stdio.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>

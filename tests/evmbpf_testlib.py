@@ -474,6 +474,19 @@ def code_byte(pid, exe, offset):
     return code_bytes(pid, exe, [offset])[offset]
 
 
+# how evmbpf makes its probes: uprobe_multi links (Linux 6.6+), or perf event uprobes, as
+# on the kernels before (EVMBPF_NO_UPROBE_MULTI=1 makes this kernel's evmbpf use them)
+LINKS = ["multi", "perf"]
+
+
+def use_links(monkeypatch, kind):
+    """The evmbpf a test starts from now on makes its probes of this kind (LINKS)."""
+    if kind == "perf":
+        monkeypatch.setenv("EVMBPF_NO_UPROBE_MULTI", "1")
+    else:
+        monkeypatch.delenv("EVMBPF_NO_UPROBE_MULTI", raising=False)
+
+
 def fdinfos(pid):
     """(fd, its /proc fdinfo text) for each descriptor a process holds; none if it is
     gone, and a descriptor closed meanwhile is left out."""

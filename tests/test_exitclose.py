@@ -20,9 +20,10 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, REF_WORKLOADS, TEST_AIDS, Attached, code_byte,
-                            code_bytes, compare_traces, host_kwargs, links_on, load,
-                            proc_state, run_reference, slot_tp_call_place, wait_for_line)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, LINKS, REF_WORKLOADS, TEST_AIDS, Attached,
+                            code_byte, code_bytes, compare_traces, host_kwargs, links_on, load,
+                            proc_state, run_reference, slot_tp_call_place, use_links,
+                            wait_for_line)
 
 pytestmark = pytest.mark.root
 
@@ -150,18 +151,6 @@ def test_evmbpf_killed_while_it_detaches(tmp_path, monkeypatch):
             run.target.wait()
 
 
-# how the probes are made: uprobe_multi links (Linux 6.6+), or perf event uprobes, as on
-# the kernels before (EVMBPF_NO_UPROBE_MULTI=1 makes this kernel's evmbpf use them)
-LINKS = ["multi", "perf"]
-
-
-def links_kind(monkeypatch, kind):
-    if kind == "perf":
-        monkeypatch.setenv("EVMBPF_NO_UPROBE_MULTI", "1")
-    else:
-        monkeypatch.delenv("EVMBPF_NO_UPROBE_MULTI", raising=False)
-
-
 @pytest.mark.parametrize("kind", LINKS)
 def test_evmbpf_killed_while_it_attaches(tmp_path, monkeypatch, kind):
     """evmbpf --pid SIGKILLed while the link server makes its first probe's link (the
@@ -170,7 +159,7 @@ def test_evmbpf_killed_while_it_attaches(tmp_path, monkeypatch, kind):
     and exits. The waiting target's slot_tp_call holds its own instruction again, no leak
     line, no server left, and the target runs to its end."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
-    links_kind(monkeypatch, kind)
+    use_links(monkeypatch, kind)
     run = Attached(workload, str(tmp_path / "first.jsonl"), evmbpf_args=["-v"])
     try:
         exe, offset = slot_tp_call_place(wait_for_line(run.tracer.stderr, "slot_tp_call at", 30))
@@ -222,7 +211,7 @@ def test_killed_at_the_samples_hold(tmp_path, monkeypatch, kind):
     line each time), and a perf uprobe's in 6 of 6; made by the link server, in none.
     Three kills here, no leak line."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
-    links_kind(monkeypatch, kind)
+    use_links(monkeypatch, kind)
     monkeypatch.setenv("EVMBPF_TEST_HOLD_DELAY_MS", "4000")
     leaks = 0
     for trial in range(3):
@@ -250,7 +239,7 @@ def test_a_killed_link_server_is_started_again(tmp_path, monkeypatch, kind):
     server makes it. The trace is the reference's, phases included, and no server is
     left once evmbpf ends."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
-    links_kind(monkeypatch, kind)
+    use_links(monkeypatch, kind)
     since = uptime_ticks() - 1
     run = Attached(workload, str(tmp_path / "t.jsonl"), evmbpf_args=["-v"])
     try:
@@ -289,7 +278,7 @@ def test_a_leaked_breakpoint_goes_at_the_next_detach(tmp_path, monkeypatch, kind
     interrupts, writes the instruction back. Made here with the aid's plain close of a
     link on 300 places of a copy of Python, slot_tp_call's last. The next evmbpf's probes
     are uprobe_multi links or perf uprobes: either finds the leaked one."""
-    links_kind(monkeypatch, kind)
+    use_links(monkeypatch, kind)
     if not shutil.which("nm"):
         pytest.skip("nm (binutils) is not installed: the functions to probe are not known")
     copy = str(tmp_path / "python-leak")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evmbpf_testlib import (EVMBPF, HOST_PYTHON, RUN_WORKLOAD)
+from evmbpf_testlib import (EVMBPF, HOST_PYTHON, LINKS, RUN_WORKLOAD, use_links)
 from faults_lib import (FAULT_MODEL, FULL_FORWARDS, ROWS, key, open_stack, probe_bytes,
                         read_jsonl, Tracer)
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.root
 
 # ---------------------------------------------------------------- evmbpf stops or dies
 
-@pytest.mark.parametrize("links", ["multi", "perf"])
+@pytest.mark.parametrize("links", LINKS)
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
                          ids=["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"])
 def test_evmbpf_stopped(server, full_trace, sig, links, tmp_path, monkeypatch):
@@ -28,8 +28,7 @@ def test_evmbpf_stopped(server, full_trace, sig, links, tmp_path, monkeypatch):
     same result, every probe is gone, the file is complete (SIGKILL: valid up to its last
     complete line, and the reader reads it). With uprobe_multi links, and with the perf
     event uprobes of kernels before 6.6 (EVMBPF_NO_UPROBE_MULTI=1)."""
-    if links == "perf":
-        monkeypatch.setenv("EVMBPF_NO_UPROBE_MULTI", "1")
+    use_links(monkeypatch, links)
     full, checksum = full_trace
     out = str(tmp_path / "t.jsonl")
     pid, go, done = server.fork(FULL_FORWARDS, ROWS)

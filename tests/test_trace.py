@@ -12,7 +12,7 @@ import pytest
 
 from evmbpf_testlib import (EVMBPF, HOST_PYTHON, OWN_WORKLOADS, REF_WORKLOADS, REFERENCE,
                             Attached, compare_traces, link_types, links_on, load, multi_links,
-                            perf_links, run_launch, run_reference, host_kwargs,
+                            perf_links, run_launch, run_reference, host_kwargs, use_links,
                             wait_for_line)
 
 pytestmark = pytest.mark.root
@@ -63,29 +63,19 @@ def test_pid_matches_reference(evmbpf, workload, reference_traces, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["launch", "pid"])
-def test_perf_uprobes_match_reference(evmbpf, mode, reference_traces, tmp_path):
+def test_perf_uprobes_match_reference(evmbpf, mode, reference_traces, tmp_path, monkeypatch):
     """Kernels before 6.6 have no uprobe_multi links: evmbpf makes each probe a perf event
     uprobe there, made by its link server (session/linkserver.c). Made so on this kernel
     (EVMBPF_NO_UPROBE_MULTI=1), the trace is the reference's; evmbpf holds perf uprobes
     and no uprobe_multi link while it traces; none is left on the target after."""
     workload = os.path.join(REF_WORKLOADS, "tiny_transformer.py")
     out = str(tmp_path / "trace.jsonl")
-    env = dict(os.environ, EVMBPF_NO_UPROBE_MULTI="1")
+    use_links(monkeypatch, "perf")
     if mode == "launch":
-        result = subprocess.run([EVMBPF, "--out", out, "--", HOST_PYTHON,
-                                  os.path.join(REFERENCE, "run_workload.py"), workload],
-                                 capture_output=True, text=True, env=env, timeout=300)
+        result = run_launch(workload, out)
         assert result.returncode == 0, result.stderr
     else:
-        saved = os.environ.get("EVMBPF_NO_UPROBE_MULTI")
-        os.environ["EVMBPF_NO_UPROBE_MULTI"] = "1"  # Attached starts evmbpf with os.environ
-        try:
-            run = Attached(workload, out)
-        finally:
-            if saved is None:
-                del os.environ["EVMBPF_NO_UPROBE_MULTI"]
-            else:
-                os.environ["EVMBPF_NO_UPROBE_MULTI"] = saved
+        run = Attached(workload, out)
         held = link_types(run.tracer.pid)
         multi = multi_links(run.tracer.pid)
         events = {p.get("fd_type") for p in perf_links(run.tracer.pid)}

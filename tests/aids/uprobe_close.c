@@ -1,9 +1,8 @@
 /* uprobe-close PATH PID helper|direct (aids.h): a uprobe_multi link on every function of
  * PATH named on stdin (one name a line, or a file offset as 0x..., at most 2,000) in
- * process PID, then closed on a
- * thread of its own while the process SIGKILLs itself; the link's file offsets on stdout,
- * one a line, before the close. "helper" closes as evmbpf does (exitclose.h), "direct"
- * with a plain close(2). */
+ * process PID, then closed on a thread of its own while the process SIGKILLs itself; the
+ * link's file offsets on stdout, one a line, before the close. "helper" closes as evmbpf
+ * does (exitclose.h), "direct" with a plain close(2). */
 #include "aids.h"
 
 #include <pthread.h>

@@ -294,22 +294,30 @@ static int ask(struct link_request *q, int prog_fd, int *event)
 	return NO_SERVER;
 }
 
+/* The request both kinds of link fill (mu held): 0, or -1 where it does not fit one. */
+static struct link_request req;
+static int request(int kind, const char *path, const uint64_t *offs, int n, int ret, pid_t pid)
+{
+	if (n < 1 || n > LINK_SERVER_PLACES || strlen(path) >= sizeof(req.path))
+		return -1;
+	memset(&req, 0, sizeof(req));
+	req.kind = kind;
+	req.ret = ret;
+	req.pid = pid;
+	req.n = n;
+	memcpy(req.offs, offs, (size_t)n * sizeof(*offs));
+	strcpy(req.path, path);
+	return 0;
+}
+
 int uprobe_multi_link(int prog_fd, const char *path, const uint64_t *offs, int n, int ret,
 		      pid_t pid)
 {
-	static struct link_request q;
 	int fd = NO_SERVER;
 	pthread_mutex_lock(&mu);
-	if (n >= 1 && n <= LINK_SERVER_PLACES && strlen(path) < sizeof(q.path)) {
-		memset(&q, 0, sizeof(q));
-		q.kind = LINK_MULTI;
-		q.ret = ret;
-		q.pid = pid > 0 ? pid : 0;
-		q.n = n;
-		memcpy(q.offs, offs, (size_t)n * sizeof(*offs));
-		strcpy(q.path, path);
+	if (!request(LINK_MULTI, path, offs, n, ret, pid > 0 ? pid : 0)) {
 		int event;
-		fd = ask(&q, prog_fd, &event);
+		fd = ask(&req, prog_fd, &event);
 		if (event >= 0) /* not asked for */
 			close(event);
 	}
@@ -340,21 +348,14 @@ static int uprobe_pmu(int *type, int *ret_bit)
 int perf_uprobe_link(int prog_fd, const char *path, uint64_t off, int ret, pid_t pid,
 		     int *event)
 {
-	static struct link_request q;
 	int type, bit, fd = NO_SERVER;
 	*event = -1;
 	pthread_mutex_lock(&mu);
-	if (!uprobe_pmu(&type, &bit) && strlen(path) < sizeof(q.path)) {
-		memset(&q, 0, sizeof(q));
-		q.kind = LINK_PERF;
-		q.ret = ret;
-		q.pid = pid > 0 ? pid : -1;
-		q.n = 1;
-		q.offs[0] = off;
-		q.pmu_type = type;
-		q.ret_bit = bit;
-		strcpy(q.path, path);
-		fd = ask(&q, prog_fd, event);
+	if (!uprobe_pmu(&type, &bit) &&
+	    !request(LINK_PERF, path, &off, 1, ret, pid > 0 ? pid : -1)) {
+		req.pmu_type = type;
+		req.ret_bit = bit;
+		fd = ask(&req, prog_fd, event);
 	}
 	pthread_mutex_unlock(&mu);
 	if (fd == NO_SERVER)
